@@ -1,0 +1,134 @@
+"""Self-describing checkpoint directories, written so that a crash never destroys a good one.
+
+Layout of a run's checkpoints::
+
+    checkpoints/step-00001000/ ckpt.pt  config.yaml  spm.model
+    checkpoints/last -> step-00001000     (symlinks, swapped atomically with os.replace)
+    checkpoints/best -> step-00000800
+
+A step directory is filled under a temporary name and renamed into place only when complete;
+`last` and `best` are symlinks replaced in one atomic rename. `ckpt.pt` holds primitives and
+tensors only, so it loads with ``torch.load(weights_only=True)``: a checkpoint cannot run code.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from nmt.config import TrainRunConfig, load_run_config, save_run_config
+from nmt.errors import NMTError
+from nmt.models import build_model
+from nmt.models.seq2seq import Seq2Seq
+from nmt.tokenizer import Vocabs, load_vocabs
+
+CKPT_FILE = "ckpt.pt"
+CONFIG_FILE = "config.yaml"
+FORMAT_VERSION = 1
+
+
+def step_name(step: int) -> str:
+    return f"step-{step:08d}"
+
+
+def save_checkpoint(
+    root: Path, step: int, payload: dict, cfg: TrainRunConfig, vocabs: Vocabs
+) -> Path:
+    """Write checkpoints/step-N atomically and return its path."""
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / step_name(step)
+    tmp = root / f".{final.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    payload = {"format": FORMAT_VERSION, "step": step, **payload}
+    payload["vocab_digest"] = {"src": vocabs.src.digest(), "tgt": vocabs.tgt.digest()}
+    with open(tmp / CKPT_FILE, "wb") as f:
+        torch.save(payload, f)
+        f.flush()
+        os.fsync(f.fileno())
+    save_run_config(cfg, tmp / CONFIG_FILE)
+    for path in vocabs.files():
+        shutil.copy2(path, tmp / path.name)
+    if final.exists():  # the same step saved again (e.g. the final save after a validation)
+        old = root / f".{final.name}.old-{os.getpid()}"
+        os.rename(final, old)
+        os.rename(tmp, final)
+        shutil.rmtree(old)
+    else:
+        os.rename(tmp, final)
+    return final
+
+
+def point(root: Path, link: str, target: Path) -> None:
+    """Make root/link a symlink to `target` (a sibling), replacing any old link atomically."""
+    tmp = root / f".{link}.tmp-{os.getpid()}"
+    tmp.unlink(missing_ok=True)
+    os.symlink(target.name, tmp)
+    os.replace(tmp, root / link)
+
+
+def prune(root: Path, keep_last: int) -> None:
+    """Delete old step directories, keeping the newest `keep_last` and whatever best/last name."""
+    steps = sorted(p for p in root.glob("step-*") if p.is_dir())
+    pinned = {(root / link).resolve() for link in ("best", "last") if (root / link).exists()}
+    for path in steps[: max(len(steps) - keep_last, 0)]:
+        if path.resolve() not in pinned:
+            shutil.rmtree(path)
+
+
+@dataclass
+class Checkpoint:
+    path: Path
+    payload: dict
+    config: TrainRunConfig
+    vocabs: Vocabs
+
+
+def load_checkpoint(path: str | Path) -> Checkpoint:
+    """Read and check a checkpoint directory (or its ckpt.pt); each failure is one NMTError."""
+    path = Path(path)
+    if path.name == CKPT_FILE:
+        path = path.parent
+    if not path.exists():
+        raise NMTError(f"checkpoint not found: {path}")
+    if not (path / CKPT_FILE).is_file():
+        raise NMTError(f"{path} is not a checkpoint directory (no {CKPT_FILE} in it)")
+    try:
+        payload = torch.load(path / CKPT_FILE, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises many types for damaged files
+        raise NMTError(f"cannot read {path / CKPT_FILE} (corrupt or truncated?): {err}") from err
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT_VERSION:
+        raise NMTError(f"{path / CKPT_FILE} is not an nmt checkpoint of format {FORMAT_VERSION}")
+    if not (path / CONFIG_FILE).is_file():
+        raise NMTError(f"{path} has no {CONFIG_FILE}")
+    try:
+        config = load_run_config(path / CONFIG_FILE)
+    except NMTError:
+        raise
+    except Exception as err:
+        raise NMTError(f"{path / CONFIG_FILE} does not match the config schema: {err}") from err
+    vocabs = load_vocabs(path)
+    digest = payload.get("vocab_digest", {})
+    if digest.get("src") != vocabs.src.digest() or digest.get("tgt") != vocabs.tgt.digest():
+        raise NMTError(
+            f"the tokenizer in {path} is not the one this checkpoint was trained with "
+            "(different vocabulary)"
+        )
+    return Checkpoint(path, payload, config, vocabs)
+
+
+def restore_model(ckpt: Checkpoint, device: torch.device) -> Seq2Seq:
+    """Build the model its config describes and load the weights (eval mode)."""
+    model = build_model(ckpt.config.model, len(ckpt.vocabs.src), len(ckpt.vocabs.tgt))
+    try:
+        model.load_state_dict(ckpt.payload["model"])
+    except RuntimeError as err:
+        first = str(err).splitlines()[1].strip() if "\n" in str(err) else str(err)
+        raise NMTError(
+            f"the weights in {ckpt.path} do not fit its config/vocabulary: {first}"
+        ) from err
+    return model.to(device).eval()

@@ -1,0 +1,293 @@
+"""Typed configuration schemas: dataclasses and str Enums, validated in ``__post_init__``.
+
+Hydra composes YAML onto these schemas (see ``nmt/cli.py``), so a misspelt key or a bad enum value
+fails at composition with the valid choices listed. Library code only ever receives instances of
+these classes. Enum member names equal their values because OmegaConf matches overrides by name
+(``model.attention=dot``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+
+from omegaconf import MISSING, OmegaConf
+
+from nmt.errors import NMTError
+
+
+class Cell(str, Enum):
+    gru = "gru"
+    lstm = "lstm"
+
+
+class AttentionType(str, Enum):
+    dot = "dot"
+    scaled_dot = "scaled_dot"
+    general = "general"
+    concat = "concat"
+    additive = "additive"
+    multihead = "multihead"
+    none = "none"  # no attention: the baseline that shows what attention buys
+
+
+class DecoderStyle(str, Enum):
+    bahdanau = "bahdanau"  # query s_{t-1}; context enters the recurrent cell
+    luong = "luong"  # query h_t; attentional state tanh(W_c [c_t; h_t]) feeds the output
+
+
+class Bridge(str, Enum):
+    zero = "zero"  # decoder starts from zeros
+    linear = "linear"  # tanh(W · final encoder state)
+
+
+class DataFormat(str, Enum):
+    auto = "auto"  # pick text / tsv / jsonl from the files present
+    text = "text"  # {split}.{lang} pairs, one sentence per line
+    tsv = "tsv"  # {split}.tsv: source<TAB>target
+    jsonl = "jsonl"  # {split}.jsonl: {"<src_lang>": ..., "<tgt_lang>": ...} per line
+
+
+class PieceModel(str, Enum):
+    unigram = "unigram"
+    bpe = "bpe"
+
+
+class Optimizer(str, Enum):
+    adam = "adam"
+    adamw = "adamw"
+
+
+class Scheduler(str, Enum):
+    constant = "constant"  # warm-up, then constant
+    plateau = "plateau"  # warm-up, then multiply by `plateau_factor` when validation stalls
+    noam = "noam"  # warm-up, then inverse square root of the step
+
+
+class Metric(str, Enum):
+    bleu = "bleu"
+    loss = "loss"
+    ppl = "ppl"
+
+
+class Precision(str, Enum):
+    fp32 = "fp32"
+    bf16 = "bf16"
+    fp16 = "fp16"
+
+
+class Strategy(str, Enum):
+    greedy = "greedy"
+
+
+class Split(str, Enum):
+    train = "train"
+    valid = "valid"
+    test = "test"
+
+
+def _check_device(device: str) -> None:
+    if device not in ("auto", "cpu", "cuda", "mps") and not device.startswith("cuda:"):
+        raise NMTError(f"device={device!r}: expected one of auto, cpu, cuda, cuda:N, mps")
+
+
+@dataclass
+class TokenizerConfig:
+    joint: bool = True  # one sentencepiece model for both languages
+    model_type: PieceModel = PieceModel.unigram
+    vocab_size: int = 8000
+    byte_fallback: bool = True  # unknown characters become UTF-8 byte pieces, never <unk>
+    character_coverage: float = 1.0
+    max_sentences: int = 2_000_000  # sample at most this many lines to train the model
+
+    def __post_init__(self) -> None:
+        floor = 4 + (256 if self.byte_fallback else 0) + 1
+        if self.vocab_size < floor:
+            raise NMTError(f"tokenizer.vocab_size={self.vocab_size} must be at least {floor}")
+
+
+@dataclass
+class SplitNames:
+    train: str = "train"
+    valid: str = "validation"
+    test: str = "test"
+
+
+@dataclass
+class DataConfig:
+    name: str = MISSING
+    src_lang: str = MISSING
+    tgt_lang: str = MISSING
+    hub_id: str | None = None  # Hugging Face dataset id (or a local dataset directory)
+    hub_config: str | None = None
+    hub_splits: SplitNames = field(default_factory=SplitNames)
+    local_dir: str | None = None  # when set, read plain files from here instead of the hub
+    format: DataFormat = DataFormat.auto
+    local_splits: SplitNames = field(default_factory=lambda: SplitNames(valid="valid"))
+    max_len: int = 100  # training pairs longer than this (in pieces, either side) are dropped
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+
+    def __post_init__(self) -> None:
+        if self.hub_id is None and self.local_dir is None:
+            raise NMTError(f"data {self.name!r}: set data.hub_id or data.local_dir")
+        if self.max_len < 1:
+            raise NMTError(f"data.max_len={self.max_len} must be positive")
+
+
+@dataclass
+class ModelConfig:
+    """Base of the model schemas; `arch` names the concrete schema when a config is reloaded."""
+
+    arch: str = MISSING
+    name: str = MISSING
+
+
+@dataclass
+class RNNConfig(ModelConfig):
+    arch: str = "rnn"
+    name: str = "rnn"
+    cell: Cell = Cell.gru
+    emb_size: int = 256
+    hidden_size: int = 256  # encoder output size; a bidirectional encoder splits it per direction
+    encoder_layers: int = 1
+    decoder_layers: int = 1
+    bidirectional: bool = True
+    dropout: float = 0.3
+    attention: AttentionType = AttentionType.additive
+    attention_size: int = 0  # inner size of additive/concat scorers; 0 = hidden_size
+    heads: int = 4  # multihead only
+    decoder: DecoderStyle = DecoderStyle.bahdanau
+    input_feeding: bool = True  # Luong only: feed h~_{t-1} into the next step
+    bridge: Bridge = Bridge.linear
+    tie_embeddings: bool = False  # target embedding = output projection (needs emb == hidden)
+
+    def __post_init__(self) -> None:
+        if self.bidirectional and self.hidden_size % 2:
+            raise NMTError(f"model.hidden_size={self.hidden_size} must be even when bidirectional")
+        if self.attention == AttentionType.multihead and self.hidden_size % self.heads:
+            raise NMTError(
+                f"model.hidden_size={self.hidden_size} is not divisible by model.heads={self.heads}"
+            )
+        if self.tie_embeddings and self.emb_size != self.hidden_size:
+            raise NMTError("model.tie_embeddings needs model.emb_size == model.hidden_size")
+        if self.attention == AttentionType.none and self.bridge == Bridge.zero:
+            raise NMTError(
+                "model.attention=none needs model.bridge=linear (or no source reaches the decoder)"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise NMTError(f"model.dropout={self.dropout} must be in [0, 1)")
+
+
+@dataclass
+class TrainConfig:
+    max_steps: int = 100_000  # optimizer updates
+    max_epochs: int = 0  # 0 = no limit
+    batch_tokens: int = 4096  # padded target tokens (or source, whichever is larger) per batch
+    accum_steps: int = 1  # batches per optimizer update
+    optimizer: Optimizer = Optimizer.adam
+    lr: float = 1e-3
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    weight_decay: float = 0.0
+    clip_grad_norm: float = 1.0  # 0 = off
+    label_smoothing: float = 0.1
+    scheduler: Scheduler = Scheduler.plateau
+    warmup_steps: int = 0
+    plateau_factor: float = 0.5
+    plateau_patience: int = 2  # validations without improvement before the LR drops
+    min_lr: float = 1e-6
+    metric: Metric = Metric.bleu  # picks `best`, drives plateau and early stopping
+    early_stopping_patience: int = 0  # validations without improvement; 0 = off
+    valid_every: int = 1000  # steps
+    valid_bleu: bool = True  # greedy-decode the validation set for BLEU
+    log_every: int = 100  # steps
+    keep_last: int = 2  # step checkpoints kept besides `best`
+    precision: Precision = Precision.fp32
+    resume: bool = False  # continue from run_dir/checkpoints/last
+    overwrite: bool = False  # allow starting over in a run_dir that has checkpoints
+
+    def __post_init__(self) -> None:
+        if self.max_steps < 1 or self.batch_tokens < 1 or self.accum_steps < 1:
+            raise NMTError("train.max_steps, train.batch_tokens and train.accum_steps must be >= 1")
+        if self.resume and self.overwrite:
+            raise NMTError("train.resume and train.overwrite exclude each other")
+        if self.valid_every < 1 or self.log_every < 1:
+            raise NMTError("train.valid_every and train.log_every must be >= 1")
+
+
+@dataclass
+class DecodeConfig:
+    strategy: Strategy = Strategy.greedy
+    max_len_a: float = 1.5  # target length limit = a * source length + b, capped
+    max_len_b: int = 10
+    max_len_cap: int = 512
+    batch_size: int = 64  # sentences per decoding batch
+
+    def max_len(self, src_len: int) -> int:
+        return min(self.max_len_cap, int(self.max_len_a * src_len + self.max_len_b))
+
+
+@dataclass
+class TrainRunConfig:
+    data: DataConfig = MISSING
+    model: ModelConfig = MISSING
+    train: TrainConfig = field(default_factory=TrainConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    run_dir: str = MISSING
+    seed: int = 1234
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        _check_device(self.device)
+
+
+@dataclass
+class EvaluateRunConfig:
+    ckpt: str = MISSING
+    split: Split = Split.test
+    src_file: str | None = None  # evaluate on these files instead of a data split
+    ref_file: str | None = None
+    data: DataConfig | None = None  # None = the data config stored in the checkpoint
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    out_dir: str | None = None  # None = <run_dir>/eval
+    heatmaps: int = 0  # attention heatmaps (PNG) for the first K sentences
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        _check_device(self.device)
+        if (self.src_file is None) != (self.ref_file is None):
+            raise NMTError("give both src_file and ref_file, or neither")
+
+
+@dataclass
+class TranslateRunConfig:
+    ckpt: str = MISSING
+    input: str | None = None  # a file; None = stdin (interactive when it is a terminal)
+    output: str | None = None  # None = stdout
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    show_attention: bool = False  # print the attention matrix as text (interactive mode)
+    attention_png: str | None = None  # interactive: write the last heatmap to this file
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        _check_device(self.device)
+
+
+def model_schema(arch: str) -> type[ModelConfig]:
+    """The schema class for a stored ``model.arch`` value."""
+    match arch:
+        case "rnn":
+            return RNNConfig
+    raise NMTError(f"unknown model.arch {arch!r}; expected one of: rnn")
+
+
+def load_run_config(path: Path) -> TrainRunConfig:
+    """Rebuild a typed training config from the ``config.yaml`` stored in a run or checkpoint."""
+    raw = OmegaConf.load(path)
+    schema = OmegaConf.structured(TrainRunConfig)
+    model = OmegaConf.structured(model_schema(raw.model.arch))
+    return OmegaConf.to_object(OmegaConf.merge(schema, {"model": model}, raw))
+
+
+def save_run_config(cfg: TrainRunConfig, path: Path) -> None:
+    path.write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)), encoding="utf-8")

@@ -1,0 +1,37 @@
+"""Device choice and mixed precision, decided in one place for train, evaluate and translate."""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from nmt.config import Precision
+from nmt.errors import NMTError
+
+
+def resolve_device(name: str) -> torch.device:
+    """`auto` takes CUDA when present, else the CPU; an explicit device must exist."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise NMTError(f"device={name} but CUDA is not available here; use device=auto or cpu")
+    if name == "mps" and not torch.backends.mps.is_available():
+        raise NMTError("device=mps but MPS is not available here; use device=auto or cpu")
+    return torch.device(name)
+
+
+def check_precision(device: torch.device, precision: Precision) -> None:
+    if precision == Precision.fp16 and device.type != "cuda":
+        raise NMTError("train.precision=fp16 needs a CUDA device; use bf16 or fp32 on the CPU")
+
+
+def autocast(device: torch.device, precision: Precision) -> contextlib.AbstractContextManager:
+    """Autocast for bf16/fp16; parameters and the optimizer stay in fp32 either way."""
+    match precision:
+        case Precision.fp32:
+            return contextlib.nullcontext()
+        case Precision.bf16:
+            return torch.autocast(device.type, dtype=torch.bfloat16)
+        case Precision.fp16:
+            return torch.autocast(device.type, dtype=torch.float16)

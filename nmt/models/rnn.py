@@ -1,0 +1,233 @@
+"""The recurrent family: a GRU/LSTM encoder and Bahdanau- or Luong-style attention decoders.
+
+Shapes: B batch, S source length, T target length, E embedding size, H hidden size (the encoder's
+output size; a bidirectional encoder gives H/2 per direction, as OpenNMT does, so that dot
+attention and the bridge need no extra projection), L decoder layers, V target vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+from torch import Tensor, nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from nmt.config import Bridge, Cell, DecoderStyle, RNNConfig
+from nmt.models.attention import Attention, Prepared, build_attention
+from nmt.models.seq2seq import EncoderOutput
+from nmt.tokenizer import PAD
+
+Hidden = Tensor | tuple[Tensor, Tensor]  # GRU: h (L, B, H); LSTM: (h, c)
+
+
+def _rnn(
+    cell: Cell,
+    input_size: int,
+    hidden_size: int,
+    layers: int,
+    dropout: float,
+    bidirectional: bool = False,
+) -> nn.RNNBase:
+    cls = nn.GRU if cell == Cell.gru else nn.LSTM
+    return cls(
+        input_size,
+        hidden_size,
+        num_layers=layers,
+        batch_first=True,
+        dropout=dropout if layers > 1 else 0.0,
+        bidirectional=bidirectional,
+    )
+
+
+class RNNEncoder(nn.Module):
+    def __init__(self, cfg: RNNConfig, vocab_size: int) -> None:
+        super().__init__()
+        self.directions = 2 if cfg.bidirectional else 1
+        self.layers = cfg.encoder_layers
+        self.embed = nn.Embedding(vocab_size, cfg.emb_size, padding_idx=PAD)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.rnn = _rnn(
+            cfg.cell,
+            cfg.emb_size,
+            cfg.hidden_size // self.directions,
+            cfg.encoder_layers,
+            cfg.dropout,
+            cfg.bidirectional,
+        )
+
+    def forward(self, src: Tensor, src_lens: Tensor) -> EncoderOutput:
+        """src (B, S), src_lens (B,) -> memory (B, S, H), final (B, H) from the top layer."""
+        x = self.dropout(self.embed(src))
+        # packing keeps padding out of the recurrent states, in both directions
+        packed = pack_padded_sequence(x, src_lens.cpu(), batch_first=True, enforce_sorted=False)
+        out, hidden = self.rnn(packed)
+        memory, _ = pad_packed_sequence(out, batch_first=True, total_length=src.size(1))
+        h = hidden[0] if isinstance(hidden, tuple) else hidden  # (layers * dirs, B, H / dirs)
+        top = h.view(self.layers, self.directions, src.size(0), -1)[-1]  # (dirs, B, H / dirs)
+        final = top.transpose(0, 1).reshape(src.size(0), -1)  # (B, H)
+        return EncoderOutput(self.dropout(memory), src != PAD, final)
+
+
+@dataclass
+class RNNState:
+    """Decoder state; everything the next step needs, nothing stored on the modules."""
+
+    hidden: Hidden  # (L, B, H) or (h, c)
+    memory: Tensor  # (B, S, H)
+    src_mask: Tensor  # (B, S)
+    prepared: Prepared | None  # attention keys/values, computed once per batch
+    feed: Tensor | None  # Luong input feeding: h~_{t-1} (B, 1, H)
+
+    def reorder(self, index: Tensor) -> RNNState:
+        if isinstance(self.hidden, tuple):
+            hidden: Hidden = tuple(h.index_select(1, index) for h in self.hidden)
+        else:
+            hidden = self.hidden.index_select(1, index)
+        return RNNState(
+            hidden,
+            self.memory.index_select(0, index),
+            self.src_mask.index_select(0, index),
+            None if self.prepared is None else self.prepared.index_select(index),
+            None if self.feed is None else self.feed.index_select(0, index),
+        )
+
+
+class RNNDecoder(nn.Module):
+    """What both decoder styles share: embeddings, bridge, attention, output projection.
+
+    Subclasses implement `run(emb, state) -> (outputs (B, T, H), weights (B, T, S) | None, state)`,
+    where outputs are the vectors fed to the vocabulary projection. `step` and `forward` both go
+    through `run`, and the projection to V (the most expensive layer) is applied once per call.
+    """
+
+    def __init__(self, cfg: RNNConfig, vocab_size: int, rnn_input_size: int) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.hidden_size = cfg.hidden_size
+        self.embed = nn.Embedding(vocab_size, cfg.emb_size, padding_idx=PAD)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.rnn = _rnn(cfg.cell, rnn_input_size, cfg.hidden_size, cfg.decoder_layers, cfg.dropout)
+        size = cfg.attention_size or cfg.hidden_size
+        self.attention: Attention | None = build_attention(
+            cfg.attention, cfg.hidden_size, cfg.hidden_size, size, cfg.heads
+        )
+        self.bridge = (
+            nn.Linear(cfg.hidden_size, cfg.hidden_size) if cfg.bridge == Bridge.linear else None
+        )
+        self.out = nn.Linear(cfg.hidden_size, vocab_size)
+        if cfg.tie_embeddings:
+            self.out.weight = self.embed.weight
+
+    def init_state(self, encoded: EncoderOutput) -> RNNState:
+        batch = encoded.memory.size(0)
+        if self.bridge is not None:
+            h0 = torch.tanh(self.bridge(encoded.final))  # (B, H)
+            h = h0.unsqueeze(0).repeat(self.cfg.decoder_layers, 1, 1).contiguous()
+        else:
+            h = encoded.memory.new_zeros(self.cfg.decoder_layers, batch, self.hidden_size)
+        hidden: Hidden = (h, h) if self.cfg.cell == Cell.lstm else h
+        prepared = self.attention.prepare(encoded.memory) if self.attention is not None else None
+        return RNNState(hidden, encoded.memory, encoded.src_mask, prepared, None)
+
+    def attend(self, query: Tensor, state: RNNState) -> tuple[Tensor, Tensor | None]:
+        """query (B, T, H) -> context (B, T, H), weights averaged over heads (B, T, S)."""
+        if self.attention is None:
+            # the no-attention baseline: the decoder sees the source only through the bridge
+            return query.new_zeros(query.shape), None
+        context, weights = self.attention(query, state.prepared, state.src_mask)
+        return context, weights.mean(dim=1)
+
+    def run(self, emb: Tensor, state: RNNState) -> tuple[Tensor, Tensor | None, RNNState]:
+        raise NotImplementedError
+
+    def step(self, prev: Tensor, state: RNNState) -> tuple[Tensor, Tensor | None, RNNState]:
+        """prev (B,) -> logits (B, V), attention (B, S) or None, new state."""
+        outputs, weights, state = self.run(self.dropout(self.embed(prev.unsqueeze(1))), state)
+        return self.out(outputs).squeeze(1), None if weights is None else weights.squeeze(1), state
+
+    def forward(self, tgt_in: Tensor, state: RNNState) -> tuple[Tensor, Tensor | None]:
+        """Teacher forcing: tgt_in (B, T) -> logits (B, T, V), attention (B, T, S) or None."""
+        outputs, weights, _ = self.run(self.dropout(self.embed(tgt_in)), state)
+        return self.out(outputs), weights
+
+
+def _top(hidden: Hidden) -> Tensor:
+    """The top layer's hidden state as a query (B, 1, H)."""
+    h = hidden[0] if isinstance(hidden, tuple) else hidden
+    return h[-1].unsqueeze(1)
+
+
+def _stack(items: list[Tensor | None]) -> Tensor | None:
+    return None if items[0] is None else torch.cat(items, dim=1)
+
+
+class BahdanauDecoder(RNNDecoder):
+    """Query s_{t-1}; c_t enters the cell with y_{t-1}; the output layer sees s_t, c_t, y_{t-1}.
+
+    s_t = RNN([e(y_{t-1}); c_t], s_{t-1}),  c_t = attend(s_{t-1}),
+    o_t = tanh(W_o [s_t; c_t; e(y_{t-1})]),  p(y_t) = softmax(W_out o_t).
+    The query depends on the previous state, so even teacher forcing runs step by step.
+    """
+
+    def __init__(self, cfg: RNNConfig, vocab_size: int) -> None:
+        super().__init__(cfg, vocab_size, cfg.emb_size + cfg.hidden_size)
+        self.pre_output = nn.Linear(2 * cfg.hidden_size + cfg.emb_size, cfg.hidden_size)
+
+    def run(self, emb: Tensor, state: RNNState) -> tuple[Tensor, Tensor | None, RNNState]:
+        hidden = state.hidden
+        states, contexts, weights = [], [], []
+        for t in range(emb.size(1)):
+            context, w = self.attend(_top(hidden), state)  # (B, 1, H)
+            out, hidden = self.rnn(torch.cat([emb[:, t : t + 1], context], dim=-1), hidden)
+            states.append(out)
+            contexts.append(context)
+            weights.append(w)
+        s, c = torch.cat(states, dim=1), torch.cat(contexts, dim=1)  # (B, T, H)
+        outputs = self.dropout(torch.tanh(self.pre_output(torch.cat([s, c, emb], dim=-1))))
+        return outputs, _stack(weights), replace(state, hidden=hidden)
+
+
+class LuongDecoder(RNNDecoder):
+    """The cell runs first; query h_t; the attentional state h~_t = tanh(W_c [c_t; h_t]) is output.
+
+    With input feeding, h~_{t-1} joins the next input, which forces a step-by-step loop. Without
+    it, the cell runs over the whole target in one call and attention is batched over T.
+    """
+
+    def __init__(self, cfg: RNNConfig, vocab_size: int) -> None:
+        extra = cfg.hidden_size if cfg.input_feeding else 0
+        super().__init__(cfg, vocab_size, cfg.emb_size + extra)
+        self.combine = nn.Linear(2 * cfg.hidden_size, cfg.hidden_size, bias=False)
+
+    def attentional(self, h: Tensor, state: RNNState) -> tuple[Tensor, Tensor | None]:
+        """h (B, T, H) -> h~ (B, T, H), weights (B, T, S)."""
+        context, weights = self.attend(h, state)
+        return self.dropout(torch.tanh(self.combine(torch.cat([context, h], dim=-1)))), weights
+
+    def run(self, emb: Tensor, state: RNNState) -> tuple[Tensor, Tensor | None, RNNState]:
+        if not self.cfg.input_feeding:
+            h, hidden = self.rnn(emb, state.hidden)  # one call over all T positions
+            outputs, weights = self.attentional(h, state)
+            return outputs, weights, replace(state, hidden=hidden)
+        hidden = state.hidden
+        feed = (
+            state.feed
+            if state.feed is not None
+            else emb.new_zeros(emb.size(0), 1, self.hidden_size)
+        )
+        outputs, weights = [], []
+        for t in range(emb.size(1)):
+            h, hidden = self.rnn(torch.cat([emb[:, t : t + 1], feed], dim=-1), hidden)
+            feed, w = self.attentional(h, state)
+            outputs.append(feed)
+            weights.append(w)
+        return torch.cat(outputs, dim=1), _stack(weights), replace(state, hidden=hidden, feed=feed)
+
+
+def build_rnn_decoder(cfg: RNNConfig, vocab_size: int) -> RNNDecoder:
+    match cfg.decoder:
+        case DecoderStyle.bahdanau:
+            return BahdanauDecoder(cfg, vocab_size)
+        case DecoderStyle.luong:
+            return LuongDecoder(cfg, vocab_size)
