@@ -1,0 +1,106 @@
+"""Every YAML composes onto its schema and builds; typos and bad values fail before any work."""
+
+from pathlib import Path
+
+import pytest
+
+from nmt import cli
+from nmt.config import RNNConfig, TrainRunConfig
+from nmt.models import build_model
+
+CONFIGS = cli.config_dir()
+
+
+def names(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONFIGS / group).glob("*.yaml"))
+
+
+@pytest.mark.parametrize("model", names("model"))
+@pytest.mark.parametrize("data", names("data"))
+def test_every_model_and_data_config_composes_and_builds(model, data):
+    cfg = cli._compose("train", [f"model={model}", f"data={data}", "data.local_dir=x"], None)
+    assert isinstance(cfg, TrainRunConfig)
+    assert isinstance(cfg.model, RNNConfig) and cfg.model.name == model
+    assert cfg.data.name == data
+    built = build_model(cfg.model, 300, 300)
+    assert sum(p.numel() for p in built.parameters()) > 0
+
+
+@pytest.mark.parametrize("experiment", names("experiment"))
+def test_every_experiment_composes_and_builds(experiment):
+    cfg = cli._compose("train", [f"experiment={experiment}"], None)
+    build_model(cfg.model, 300, 300)
+    # the experiment file's first comment line is the command that runs it
+    lines = (CONFIGS / "experiment" / f"{experiment}.yaml").read_text().splitlines()
+    assert lines[0] == "# @package _global_" and lines[1].startswith("# ")
+
+
+@pytest.mark.parametrize(
+    "attention", ["dot", "scaled_dot", "general", "concat", "additive", "multihead", "none"]
+)
+@pytest.mark.parametrize("model", ["gru_bahdanau", "gru_luong"])
+def test_attention_is_one_config_value(model, attention):
+    cfg = cli._compose("train", [f"model={model}", f"model.attention={attention}"], None)
+    assert cfg.model.attention.value == attention
+    build_model(cfg.model, 50, 50)
+
+
+def test_evaluate_and_translate_compose():
+    ev = cli._compose("evaluate", ["ckpt=somewhere", "split=valid"], None)
+    assert ev.ckpt == "somewhere" and ev.split.value == "valid" and ev.data is None
+    ev = cli._compose("evaluate", ["ckpt=x", "data=multi30k"], None)
+    assert ev.data.name == "multi30k"
+    tr = cli._compose("translate", ["ckpt=x", "decode.max_len_b=3"], None)
+    assert tr.decode.max_len_b == 3
+
+
+def error_of(main, argv, capsys) -> str:
+    assert main(argv) == cli.EXIT_USAGE
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err and err.count("\n") == 0, err
+    return err
+
+
+def test_key_typo_lists_the_valid_keys(capsys):
+    err = error_of(cli.train, ["model.atention=dot"], capsys)
+    assert "model.atention" in err and "attention" in err and "hidden_size" in err
+
+
+def test_bad_choice_lists_the_valid_values(capsys):
+    err = error_of(cli.train, ["model.attention=dott"], capsys)
+    for value in ("dot", "scaled_dot", "general", "concat", "additive", "multihead"):
+        assert value in err
+
+
+def test_unknown_group_option_lists_the_options(capsys):
+    err = error_of(cli.train, ["model=gru_bahdanauu"], capsys)
+    assert "gru_bahdanau" in err and "gru_luong" in err
+
+
+def test_invalid_combination_fails_at_composition(capsys):
+    err = error_of(cli.train, ["model.hidden_size=255"], capsys)
+    assert "even" in err
+
+
+def test_missing_checkpoint_argument(capsys):
+    assert "ckpt" in error_of(cli.evaluate, [], capsys)
+
+
+def test_user_config_dir_is_searched(tmp_path, capsys):
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "mine.yaml").write_text(
+        "defaults:\n  - rnn\n  - _self_\nname: mine\nhidden_size: 64\n"
+    )
+    cfg = cli._compose("train", ["model=mine"], str(tmp_path))
+    assert cfg.model.name == "mine" and cfg.model.hidden_size == 64
+
+
+def test_print_config(capsys):
+    assert cli.train(["--cfg", "model=gru_luong"]) == 0
+    assert "decoder: luong" in capsys.readouterr().out
+
+
+def test_configs_ship_in_the_wheel():
+    """pyproject maps configs/ into the wheel as nmt/configs, where config_dir() looks first."""
+    text = (Path(cli.__file__).parents[1] / "pyproject.toml").read_text()
+    assert '"configs" = "nmt/configs"' in text

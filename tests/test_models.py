@@ -1,0 +1,119 @@
+"""Decoder equivalences: step-by-step decoding equals teacher forcing; greedy is batch-independent."""
+
+import pytest
+import torch
+
+from nmt.config import AttentionType, DecodeConfig, RNNConfig
+from nmt.data import collate
+from nmt.models import build_model
+from nmt.search import decode_all, greedy
+from nmt.tokenizer import BOS, EOS
+
+V = 23
+
+VARIANTS = [
+    dict(decoder="bahdanau", cell="gru"),
+    dict(decoder="bahdanau", cell="lstm", encoder_layers=2, decoder_layers=2),
+    dict(decoder="luong", cell="gru", input_feeding=False),
+    dict(decoder="luong", cell="gru", input_feeding=True),
+    dict(decoder="luong", cell="lstm", input_feeding=True, decoder_layers=2),
+    dict(decoder="luong", cell="lstm", input_feeding=False, bidirectional=False),
+    dict(decoder="bahdanau", cell="gru", bridge="zero"),
+    dict(decoder="luong", cell="gru", tie_embeddings=True),
+]
+
+
+def tiny(**overrides) -> torch.nn.Module:
+    cfg = RNNConfig(emb_size=12, hidden_size=12, dropout=0.2, heads=3, **overrides)
+    return build_model(cfg, V, V).eval()
+
+
+def batch_of(seed: int, lengths: list[int], tgt_len: int = 6):
+    g = torch.Generator().manual_seed(seed)
+    src = [torch.randint(4, V, (n - 1,), generator=g).tolist() + [EOS] for n in lengths]
+    tgt = [torch.randint(4, V, (tgt_len,), generator=g).tolist() for _ in lengths]
+    return collate(list(range(len(lengths))), src, tgt), src
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: "-".join(map(str, v.values())))
+@pytest.mark.parametrize("attention", [AttentionType.additive, AttentionType.multihead])
+def test_step_decoding_equals_teacher_forcing(variant, attention):
+    torch.manual_seed(0)
+    model = tiny(attention=attention, **variant)
+    batch, _ = batch_of(0, [7, 4, 2])
+    with torch.no_grad():
+        logits, weights = model(batch.src, batch.src_lens, batch.tgt_in)
+        state = model.init_state(model.encode(batch.src, batch.src_lens))
+        steps, step_weights = [], []
+        for t in range(batch.tgt_in.size(1)):
+            out, w, state = model.decode_step(batch.tgt_in[:, t], state)
+            steps.append(out)
+            step_weights.append(w)
+    torch.testing.assert_close(torch.stack(steps, 1), logits, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(torch.stack(step_weights, 1), weights, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("attention", list(AttentionType))
+@pytest.mark.parametrize("decoder", ["bahdanau", "luong"])
+def test_every_scorer_in_every_decoder_trains_a_step(attention, decoder):
+    torch.manual_seed(0)
+    model = tiny(attention=attention, decoder=decoder).train()
+    batch, _ = batch_of(1, [5, 3])
+    logits, weights = model(batch.src, batch.src_lens, batch.tgt_in)
+    assert logits.shape == (2, batch.tgt_in.size(1), V)
+    assert (weights is None) == (attention == AttentionType.none)
+    logits.logsumexp(-1).mean().backward()
+    grads = [p.grad for p in model.encoder.parameters() if p.requires_grad]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)
+
+
+def test_padding_does_not_change_a_sentence_encoding():
+    """Packed sequences: a sentence padded next to a longer one encodes exactly as alone."""
+    torch.manual_seed(0)
+    model = tiny(cell="lstm", encoder_layers=2)
+    batch, src = batch_of(3, [9, 4])
+    alone = collate([1], src, None)
+    with torch.no_grad():
+        both = model.encode(batch.src, batch.src_lens)
+        one = model.encode(alone.src, alone.src_lens)
+    torch.testing.assert_close(both.memory[1, :4], one.memory[0])
+    torch.testing.assert_close(both.final[1], one.final[0])
+
+
+@pytest.mark.parametrize("variant", VARIANTS[:4], ids=lambda v: "-".join(map(str, v.values())))
+def test_greedy_output_does_not_depend_on_batch_size(variant):
+    torch.manual_seed(0)
+    model = tiny(**variant)
+    g = torch.Generator().manual_seed(5)
+    sources = [
+        torch.randint(4, V, (int(n),), generator=g).tolist() + [EOS]
+        for n in torch.randint(1, 12, (17,), generator=g)
+    ]
+    cfg = DecodeConfig(max_len_a=1.0, max_len_b=3)
+    results = {}
+    for size in (1, 4, 17):
+        cfg.batch_size = size
+        results[size] = decode_all(model, sources, cfg, torch.device("cpu"))
+    for size in (4, 17):
+        assert [h.tokens for h in results[size]] == [h.tokens for h in results[1]]
+        for a, b in zip(results[size], results[1]):
+            assert a.score == pytest.approx(b.score, abs=1e-4)
+            torch.testing.assert_close(a.attention, b.attention, atol=1e-5, rtol=1e-4)
+
+
+def test_greedy_picks_the_argmax_of_teacher_forcing_on_its_own_output():
+    """Re-scoring the greedy output with teacher forcing gives back the same tokens and score."""
+    torch.manual_seed(0)
+    model = tiny()
+    batch, _ = batch_of(7, [6])
+    cfg = DecodeConfig(max_len_a=0.0, max_len_b=8)
+    hyp = greedy(model, batch.src, batch.src_lens, cfg)[0]
+    produced = hyp.tokens + ([EOS] if hyp.ended else [])
+    tgt_in = torch.tensor([[BOS] + produced[:-1]])
+    with torch.no_grad():
+        logits, _ = model(batch.src, batch.src_lens, tgt_in)
+    log_probs = logits.log_softmax(-1)[0]
+    assert log_probs.argmax(-1).tolist() == produced
+    assert hyp.score == pytest.approx(float(log_probs.max(-1).values.sum()), abs=1e-4)
+    assert hyp.attention.shape == (len(produced), 6)
+    assert len(produced) <= 8
