@@ -1,4 +1,4 @@
-"""Every scorer: weights are a distribution over real source tokens; the per-batch work is done once."""
+"""Every scorer: weights are a distribution over real source tokens; per-batch work done once."""
 
 import pytest
 import torch

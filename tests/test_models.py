@@ -1,4 +1,4 @@
-"""Decoder equivalences: step-by-step decoding equals teacher forcing; greedy is batch-independent."""
+"""Decoder equivalences: step decoding equals teacher forcing; greedy is batch-independent."""
 
 import pytest
 import torch
