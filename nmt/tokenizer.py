@@ -78,6 +78,16 @@ class Vocabs:
 def train_piece_model(lines: Iterable[str], prefix: Path, cfg: TokenizerConfig) -> Path:
     """Train one sentencepiece model on `lines`; returns the path of ``prefix``.model."""
     prefix.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        _train(lines, prefix, cfg)
+    except RuntimeError as err:  # e.g. a vocabulary smaller than the character set
+        reason = str(err).split("]")[-1].strip()
+        raise NMTError(f"sentencepiece training failed: {reason}") from err
+    Path(f"{prefix}.vocab").unlink(missing_ok=True)  # human-readable copy; not needed
+    return Path(f"{prefix}.model")
+
+
+def _train(lines: Iterable[str], prefix: Path, cfg: TokenizerConfig) -> None:
     spm.SentencePieceTrainer.Train(
         sentence_iterator=iter(lines),
         model_prefix=str(prefix),
@@ -95,8 +105,6 @@ def train_piece_model(lines: Iterable[str], prefix: Path, cfg: TokenizerConfig) 
         num_threads=1,  # deterministic output
         minloglevel=2,
     )
-    Path(f"{prefix}.vocab").unlink(missing_ok=True)  # human-readable copy; not needed
-    return Path(f"{prefix}.model")
 
 
 def train_vocabs(
