@@ -273,9 +273,12 @@ def train_main(cfg: TrainRunConfig) -> Path:
                         "tokens_per_s": window["tokens"] / elapsed,
                     }
                     record(entry)
-                    bar.set_postfix(
-                        loss=f"{entry['loss']:.3f}", tok_s=f"{entry['tokens_per_s']:.0f}"
+                    shown = (
+                        f"loss {entry['loss']:.3f} lr {lr:.2e} {entry['tokens_per_s']:.0f} tok/s"
                     )
+                    bar.set_postfix_str(shown)
+                    if bar.disable:  # no terminal (a log file, CI): print a plain line instead
+                        print(f"step {progress.step}: train {shown}", file=sys.stderr)
                     window = {"loss": 0.0, "nll": 0.0, "tokens": 0, "start": time.perf_counter()}
 
                 if (

@@ -1,0 +1,44 @@
+# The README's commands. `make demo` and `make test` set themselves up in .venv on a fresh machine.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+TORCH ?= torch==2.13.0
+DEMO_RUN := runs/demo
+
+.PHONY: help install demo test test-all lint format clean
+
+help: ## show the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q $(TORCH)
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $@
+
+install: $(BIN)/.installed ## create .venv with nmt (editable), its dependencies and the dev tools
+
+demo: install ## generate the demo corpus, train, evaluate and translate (CPU, a few minutes)
+	$(BIN)/python -m nmt.demo --out data/demo
+	$(BIN)/nmt-train experiment=demo train.overwrite=true
+	$(BIN)/nmt-evaluate ckpt=$(DEMO_RUN)/checkpoints/best split=test heatmaps=1
+	@echo "--- translating examples/demo.de:"
+	$(BIN)/nmt-translate ckpt=$(DEMO_RUN)/checkpoints/best < examples/demo.de
+	@echo "--- attention heatmap of the first test sentence: $(DEMO_RUN)/eval/test.attention.0.png"
+
+test: install ## run the fast test suite
+	$(BIN)/python -m pytest -q
+
+test-all: install ## run every test, slow ones included
+	$(BIN)/python -m pytest -q -m ""
+
+lint: install ## ruff check + format check
+	$(BIN)/ruff check nmt tests scripts
+	$(BIN)/ruff format --check nmt tests scripts
+
+format: install ## apply ruff fixes and formatting
+	$(BIN)/ruff check --fix nmt tests scripts
+	$(BIN)/ruff format nmt tests scripts
+
+clean: ## remove the demo corpus, runs and caches (keeps .venv)
+	rm -rf data/demo runs .pytest_cache .ruff_cache
