@@ -13,6 +13,7 @@ tensors only, so it loads with ``torch.load(weights_only=True)``: a checkpoint c
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 from dataclasses import dataclass
@@ -38,28 +39,34 @@ def step_name(step: int) -> str:
 def save_checkpoint(
     root: Path, step: int, payload: dict, cfg: TrainRunConfig, vocabs: Vocabs
 ) -> Path:
-    """Write checkpoints/step-N atomically and return its path."""
+    """Write a new checkpoint directory for `step` atomically and return its path.
+
+    An existing directory is never modified: saving a step twice gives a second directory
+    (step-N-1), and the caller moves `last`/`best` before `prune` removes the old one.
+    """
     root.mkdir(parents=True, exist_ok=True)
     final = root / step_name(step)
+    for n in itertools.count(1):
+        if not final.exists():
+            break
+        final = root / f"{step_name(step)}-{n}"
     tmp = root / f".{final.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    payload = {"format": FORMAT_VERSION, "step": step, **payload}
-    payload["vocab_digest"] = {"src": vocabs.src.digest(), "tgt": vocabs.tgt.digest()}
-    with open(tmp / CKPT_FILE, "wb") as f:
-        torch.save(payload, f)
-        f.flush()
-        os.fsync(f.fileno())
-    save_run_config(cfg, tmp / CONFIG_FILE)
-    for path in vocabs.files():
-        shutil.copy2(path, tmp / path.name)
-    if final.exists():  # the same step saved again (e.g. the final save after a validation)
-        old = root / f".{final.name}.old-{os.getpid()}"
-        os.rename(final, old)
+    try:
+        payload = {"format": FORMAT_VERSION, "step": step, **payload}
+        payload["vocab_digest"] = {"src": vocabs.src.digest(), "tgt": vocabs.tgt.digest()}
+        with open(tmp / CKPT_FILE, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        save_run_config(cfg, tmp / CONFIG_FILE)
+        for path in vocabs.files():
+            shutil.copy2(path, tmp / path.name)
         os.rename(tmp, final)
-        shutil.rmtree(old)
-    else:
-        os.rename(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # a failed save leaves nothing behind
+        raise
     return final
 
 

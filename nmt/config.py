@@ -102,6 +102,8 @@ class TokenizerConfig:
     max_sentences: int = 2_000_000  # sample at most this many lines to train the model
 
     def __post_init__(self) -> None:
+        if self.max_sentences < 1:
+            raise NMTError(f"tokenizer.max_sentences={self.max_sentences} must be positive")
         floor = 4 + (256 if self.byte_fallback else 0) + 1
         if self.vocab_size < floor:
             raise NMTError(f"tokenizer.vocab_size={self.vocab_size} must be at least {floor}")

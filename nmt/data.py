@@ -18,7 +18,7 @@ from nmt.config import DataConfig, DataFormat, Split
 from nmt.errors import NMTError
 from nmt.tokenizer import BOS, EOS, PAD, Vocabs
 
-_SPACE = re.compile(r"\s+")
+_SPACE = re.compile(r"[\s\ufeff]+")  # whitespace, and a byte-order mark left by some editors
 
 
 def clean(text: str) -> str:
@@ -41,7 +41,7 @@ def read_lines(path: Path) -> list[str]:
     """Lines of a UTF-8 text file, split on '\\n' only (a stray '\\r' must not add a line)."""
     if not path.is_file():
         raise NMTError(f"data file not found: {path}")
-    with open(path, encoding="utf-8", errors="replace", newline="\n") as f:
+    with open(path, encoding="utf-8-sig", errors="replace", newline="\n") as f:
         return [clean(line) for line in f]
 
 
@@ -77,8 +77,10 @@ def _read_local(cfg: DataConfig, split: Split) -> Corpus:
         case DataFormat.tsv:
             path = directory / f"{stem}.tsv"
             rows = [line.split("\t") for line in _raw_lines(path)]
-            if bad := [i + 1 for i, row in enumerate(rows) if len(row) < 2]:
-                raise NMTError(f"{path}: line {bad[0]} has no tab-separated target")
+            if bad := [i + 1 for i, row in enumerate(rows) if len(row) != 2]:
+                raise NMTError(
+                    f"{path}: line {bad[0]} does not have exactly 2 tab-separated fields"
+                )
             return Corpus([clean(r[0]) for r in rows], [clean(r[1]) for r in rows])
         case DataFormat.jsonl:
             path = directory / f"{stem}.jsonl"
@@ -96,7 +98,7 @@ def _read_local(cfg: DataConfig, split: Split) -> Corpus:
 def _raw_lines(path: Path) -> list[str]:
     if not path.is_file():
         raise NMTError(f"data file not found: {path}")
-    with open(path, encoding="utf-8", errors="replace", newline="\n") as f:
+    with open(path, encoding="utf-8-sig", errors="replace", newline="\n") as f:
         return [line.rstrip("\n") for line in f if line.strip()]
 
 
@@ -104,7 +106,8 @@ def _pair_from_record(record: dict, cfg: DataConfig) -> tuple[str, str]:
     """A pair from a flat record ({"de": .., "en": ..}) or a WMT-style {"translation": {...}}."""
     if "translation" in record and cfg.src_lang not in record:
         record = record["translation"]
-    return str(record[cfg.src_lang]), str(record[cfg.tgt_lang])
+    src, tgt = record[cfg.src_lang], record[cfg.tgt_lang]
+    return ("" if src is None else str(src)), ("" if tgt is None else str(tgt))
 
 
 def _read_hub(cfg: DataConfig, split: Split) -> Corpus:
@@ -113,7 +116,7 @@ def _read_hub(cfg: DataConfig, split: Split) -> Corpus:
     name = getattr(cfg.hub_splits, split.value)
     try:
         ds = datasets.load_dataset(cfg.hub_id, cfg.hub_config, split=name)
-    except (ConnectionError, OSError, ValueError, FileNotFoundError) as err:
+    except Exception as err:  # datasets raises many types (network, missing split, bad file)
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise NMTError(
             f"cannot load dataset {cfg.hub_id!r} split {name!r} ({first}); offline? "

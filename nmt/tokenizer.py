@@ -6,6 +6,7 @@ The special ids are defined here once; every other module imports them.
 from __future__ import annotations
 
 import hashlib
+import random
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,13 +82,18 @@ def train_piece_model(lines: Iterable[str], prefix: Path, cfg: TokenizerConfig) 
     try:
         _train(lines, prefix, cfg)
     except RuntimeError as err:  # e.g. a vocabulary smaller than the character set
-        reason = str(err).split("]")[-1].strip()
+        reason = str(err).split("]")[-1].strip() or str(err).strip()
         raise NMTError(f"sentencepiece training failed: {reason}") from err
     Path(f"{prefix}.vocab").unlink(missing_ok=True)  # human-readable copy; not needed
     return Path(f"{prefix}.model")
 
 
 def _train(lines: Iterable[str], prefix: Path, cfg: TokenizerConfig) -> None:
+    lines = [line for line in lines if line]
+    if len(lines) > cfg.max_sentences:
+        # sample here with a fixed seed: sentencepiece's own sampling is seeded per process
+        keep = sorted(random.Random(0).sample(range(len(lines)), cfg.max_sentences))
+        lines = [lines[i] for i in keep]
     spm.SentencePieceTrainer.Train(
         sentence_iterator=iter(lines),
         model_prefix=str(prefix),
@@ -95,14 +101,13 @@ def _train(lines: Iterable[str], prefix: Path, cfg: TokenizerConfig) -> None:
         vocab_size=cfg.vocab_size,
         byte_fallback=cfg.byte_fallback,
         character_coverage=cfg.character_coverage,
-        input_sentence_size=cfg.max_sentences,
-        shuffle_input_sentence=True,
+        input_sentence_size=0,  # all of `lines`: the sampling above is reproducible
         hard_vocab_limit=False,  # tiny corpora (tests, the demo) may not fill the vocabulary
         pad_id=PAD,
         unk_id=UNK,
         bos_id=BOS,
         eos_id=EOS,
-        num_threads=1,  # deterministic output
+        num_threads=1,  # multi-threaded training is not bit-reproducible
         minloglevel=2,
     )
 

@@ -124,7 +124,7 @@ def test_jsonl_bad_record_names_the_line(tmp_path):
 
 def test_tsv_without_tab_names_the_line(tmp_path):
     (tmp_path / "train.tsv").write_text("a\tb\nno tab here\n", encoding="utf-8")
-    with pytest.raises(NMTError, match=r"line 2 has no tab"):
+    with pytest.raises(NMTError, match=r"line 2 does not have exactly 2 tab-separated fields"):
         read_split(_local(tmp_path), Split.train)
 
 
@@ -276,6 +276,14 @@ def test_hub_missing_split_is_an_nmt_error(tmp_path, hf_sandbox):
     d = tmp_path / "only_train"
     _write_jsonl(d, FLAT, stem="train")
     with pytest.raises(NMTError, match="validation"):
+        read_split(_hub(d), Split.valid)
+
+
+def test_hub_malformed_file_is_an_nmt_error(tmp_path, hf_sandbox):
+    d = _hub_dir(tmp_path, lambda s, i: {"de": "a", "en": "b"})
+    with open(d / "validation.jsonl", "a", encoding="utf-8") as f:
+        f.write('{"de": "broken", "en": \n')
+    with pytest.raises(NMTError, match="cannot load dataset"):
         read_split(_hub(d), Split.valid)
 
 

@@ -1,0 +1,206 @@
+"""Behavioural tests for the sentencepiece tokenizers (nmt.tokenizer)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import sentencepiece as spm
+
+from nmt.config import PieceModel, TokenizerConfig
+from nmt.data import clean
+from nmt.demo import generate_pairs
+from nmt.errors import NMTError
+from nmt.tokenizer import (
+    BOS,
+    EOS,
+    JOINT_FILE,
+    PAD,
+    SRC_FILE,
+    TGT_FILE,
+    UNK,
+    Vocab,
+    Vocabs,
+    load_vocabs,
+    train_vocabs,
+)
+
+PAIRS = generate_pairs(150, seed=9)
+SRC = [s for s, _ in PAIRS]
+TGT = [t for _, t in PAIRS]
+
+# Never seen in training: Greek, CJK, an emoji, odd symbols and whitespace
+# (all NFKC-stable, since sentencepiece normalises with nmt_nfkc).
+UNSEEN = [
+    "Ω漢字🙂",
+    "  Größe:\t3 × 4  \u00a0 Grüße ",
+    "Ein 🙂 sagt mehr als tausend Wörter — 真的!",
+    "Čas ∑ ⟨x⟩ \\ {json: [1, 2]} <unk> </s> <pad> _",
+]
+
+KINDS = [
+    pytest.param(True, PieceModel.unigram, id="joint-unigram"),
+    pytest.param(False, PieceModel.unigram, id="separate-unigram"),
+    pytest.param(True, PieceModel.bpe, id="joint-bpe"),
+    pytest.param(False, PieceModel.bpe, id="separate-bpe"),
+]
+
+
+def _cfg(joint: bool, model_type: PieceModel, **kw) -> TokenizerConfig:
+    return TokenizerConfig(joint=joint, model_type=model_type, vocab_size=400, **kw)
+
+
+def _pieces(vocab: Vocab) -> list[str]:
+    return vocab.id_to_piece(list(range(len(vocab))))
+
+
+@pytest.mark.parametrize(("joint", "model_type"), KINDS)
+def test_round_trip_is_exact_with_byte_fallback(tmp_path, joint, model_type):
+    vocabs = train_vocabs(SRC, TGT, tmp_path, _cfg(joint, model_type))
+    assert vocabs.joint is joint
+    for vocab, seen in ((vocabs.src, SRC[:20]), (vocabs.tgt, TGT[:20])):
+        texts = seen + UNSEEN
+        ids = vocab.encode(texts)
+        assert all(UNK not in row for row in ids), "byte fallback must avoid <unk>"
+        assert all(0 <= i < len(vocab) for row in ids for i in row)
+        assert vocab.decode(ids) == [clean(t) for t in texts]
+    # Unseen characters really are spelled in bytes.
+    assert any(p.startswith("<0x") for p in vocabs.src.pieces("漢"))
+
+
+@pytest.mark.parametrize(("joint", "model_type"), KINDS)
+def test_special_ids_and_files(tmp_path, joint, model_type):
+    vocabs = train_vocabs(SRC, TGT, tmp_path, _cfg(joint, model_type))
+    assert (PAD, UNK, BOS, EOS) == (0, 1, 2, 3)
+    for vocab in (vocabs.src, vocabs.tgt):
+        sp = vocab.sp
+        assert (sp.pad_id(), sp.unk_id(), sp.bos_id(), sp.eos_id()) == (0, 1, 2, 3)
+        assert vocab.id_to_piece([0, 1, 2, 3]) == ["<pad>", "<unk>", "<s>", "</s>"]
+        assert len(vocab) <= 400
+        # Special ids are never produced by encoding text.
+        assert not {PAD, BOS, EOS} & {i for row in vocab.encode(SRC + TGT) for i in row}
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ([JOINT_FILE] if joint else sorted([SRC_FILE, TGT_FILE]))
+    assert [p.name for p in vocabs.files()] == names
+    if not joint:
+        # Separate models learn their own language: umlauts occur only on the German side.
+        assert any("ä" in p for p in _pieces(vocabs.src))
+        assert not any("ä" in p for p in _pieces(vocabs.tgt))
+
+
+@pytest.mark.parametrize(("joint", "model_type"), KINDS)
+def test_load_vocabs_reloads_the_same_model(tmp_path, joint, model_type):
+    trained = train_vocabs(SRC, TGT, tmp_path / "run", _cfg(joint, model_type))
+    copy = tmp_path / "ckpt"
+    copy.mkdir()
+    for path in trained.files():
+        shutil.copy2(path, copy / path.name)
+    loaded = load_vocabs(copy)
+    assert isinstance(loaded, Vocabs) and loaded.joint is joint
+    for old, new in ((trained.src, loaded.src), (trained.tgt, loaded.tgt)):
+        assert len(new) == len(old)
+        assert _pieces(new) == _pieces(old)
+        assert new.digest() == old.digest()
+        texts = SRC[:10] + TGT[:10] + UNSEEN
+        assert new.encode(texts) == old.encode(texts)
+
+
+def test_training_is_deterministic(tmp_path):
+    for joint, model_type in ((True, PieceModel.unigram), (False, PieceModel.bpe)):
+        out = tmp_path / f"{joint}-{model_type.value}"
+        first = train_vocabs(SRC, TGT, out, _cfg(joint, model_type))
+        before = {p.name: p.read_bytes() for p in first.files()}
+        second = train_vocabs(SRC, TGT, out, _cfg(joint, model_type))
+        assert {p.name: p.read_bytes() for p in second.files()} == before
+        # Elsewhere the file records another model_prefix, but the model itself is the same.
+        other = train_vocabs(SRC, TGT, tmp_path / "elsewhere" / out.name, _cfg(joint, model_type))
+        assert _pieces(other.src) == _pieces(first.src)
+        assert _pieces(other.tgt) == _pieces(first.tgt)
+        assert [other.src.sp.GetScore(i) for i in range(len(other.src))] == [
+            first.src.sp.GetScore(i) for i in range(len(first.src))
+        ]
+
+
+_SAMPLED_TRAINING = """
+import sys
+from pathlib import Path
+from nmt.config import TokenizerConfig
+from nmt.demo import generate_pairs
+from nmt.tokenizer import train_vocabs
+lines = [s for s, _ in generate_pairs(400, seed=1)]
+train_vocabs(lines, lines, Path(sys.argv[1]), TokenizerConfig(vocab_size=400, max_sentences=150))
+"""
+
+
+def test_training_with_sampling_is_deterministic_across_processes(tmp_path):
+    models = []
+    for _ in range(3):
+        subprocess.run(
+            [sys.executable, "-c", _SAMPLED_TRAINING, str(tmp_path)], check=True, timeout=60
+        )
+        models.append((tmp_path / JOINT_FILE).read_bytes())
+    assert models[0] == models[1] == models[2]
+
+
+def test_byte_fallback_off_gives_unk(tmp_path):
+    vocabs = train_vocabs(SRC, TGT, tmp_path, _cfg(True, PieceModel.unigram, byte_fallback=False))
+    assert UNK in vocabs.src.encode(["Ω漢字🙂"])[0]
+    assert not any(p.startswith("<0x") for p in _pieces(vocabs.src))
+
+
+def test_vocab_size_floor():
+    with pytest.raises(NMTError, match="vocab_size=100 must be at least 261"):
+        TokenizerConfig(vocab_size=100)
+    assert TokenizerConfig(vocab_size=100, byte_fallback=False).vocab_size == 100
+
+
+def test_too_small_vocabulary_for_the_characters_is_an_nmt_error(tmp_path):
+    # 261 passes the config floor, but the corpus has more characters than fit besides bytes.
+    with pytest.raises(NMTError, match="sentencepiece training failed: Vocabulary size"):
+        train_vocabs(SRC, TGT, tmp_path, TokenizerConfig(vocab_size=261))
+
+
+def test_max_sentences_samples_and_is_validated(tmp_path):
+    with pytest.raises(NMTError, match="max_sentences"):
+        TokenizerConfig(vocab_size=400, max_sentences=0)
+    vocabs = train_vocabs(SRC, TGT, tmp_path, TokenizerConfig(vocab_size=400, max_sentences=50))
+    assert len(vocabs.src) > 0
+
+
+def test_bad_tokenizer_files(tmp_path):
+    with pytest.raises(NMTError, match="no tokenizer"):
+        load_vocabs(tmp_path)
+    with pytest.raises(NMTError, match="not found"):
+        Vocab(tmp_path / "missing.model")
+    garbage = tmp_path / "garbage.model"
+    garbage.write_bytes(b"this is not a sentencepiece model")
+    with pytest.raises(NMTError, match="cannot read tokenizer model"):
+        Vocab(garbage)
+    # A model trained with sentencepiece's own special ids (unk=0, bos=1, eos=2, no pad).
+    spm.SentencePieceTrainer.Train(
+        sentence_iterator=iter(SRC),
+        model_prefix=str(tmp_path / "foreign"),
+        vocab_size=100,
+        minloglevel=2,
+        num_threads=1,
+    )
+    with pytest.raises(NMTError, match="not trained by nmt"):
+        Vocab(tmp_path / "foreign.model")
+    # A directory whose separate models are incomplete (no target model).
+    lone = tmp_path / "lone"
+    lone.mkdir()
+    shutil.copy2(
+        train_vocabs(SRC, TGT, tmp_path / "sep", _cfg(False, PieceModel.bpe)).src.path, lone
+    )
+    with pytest.raises(NMTError, match=TGT_FILE.replace(".", r"\.")):
+        load_vocabs(lone)
+
+
+def test_joint_model_encodes_both_sides_alike(tmp_path):
+    vocabs = train_vocabs(SRC, TGT, tmp_path, _cfg(True, PieceModel.unigram))
+    assert vocabs.src is vocabs.tgt
+    assert vocabs.src.encode(TGT[:5]) == vocabs.tgt.encode(TGT[:5])
+    assert Path(vocabs.src.path).name == JOINT_FILE
