@@ -7,6 +7,7 @@ continues exactly where the last checkpoint left off.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import shutil
@@ -20,7 +21,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from nmt.checkpoint import load_checkpoint, point, prune, save_checkpoint
-from nmt.config import Metric, Optimizer, Split, TrainRunConfig
+from nmt.config import Metric, Optimizer, Precision, Split, TrainRunConfig
 from nmt.data import (
     Encoded,
     collate,
@@ -130,181 +131,223 @@ def _set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def train_main(cfg: TrainRunConfig) -> Path:
-    """Train as configured; returns the path of the best checkpoint."""
-    device = resolve_device(cfg.device)
-    check_precision(device, cfg.train.precision)
-    if cfg.train.metric == Metric.bleu and not cfg.train.valid_bleu:
-        raise NMTError("train.metric=bleu needs train.valid_bleu=true")
-    root = _prepare_run_dir(cfg)
-    run_dir = Path(cfg.run_dir)
-    torch.manual_seed(cfg.seed)
+def _check_same_model(cfg: TrainRunConfig, stored: TrainRunConfig) -> None:
+    """Resuming with another architecture would fail deep in load_state_dict; say it plainly."""
+    if cfg.model != stored.model:
+        now, then = vars(cfg.model), vars(stored.model)
+        diff = ", ".join(
+            f"model.{k}={then[k]} (now {now.get(k)})" for k in then if now.get(k) != then[k]
+        )
+        raise NMTError(f"train.resume: the checkpoint was trained with {diff}")
 
-    train_corpus = read_split(cfg.data, Split.train)
-    valid_corpus = read_split(cfg.data, Split.valid)
-    resume = load_checkpoint(root / "last") if cfg.train.resume else None
-    if resume is not None:
-        vocabs = resume.vocabs
-    else:
-        vocabs = train_vocabs(train_corpus.src, train_corpus.tgt, run_dir, cfg.data.tokenizer)
-    train_data = filter_length(encode(train_corpus, vocabs), cfg.data.max_len)
-    valid_data = encode(valid_corpus, vocabs)
-    if len(train_data) == 0:
-        raise NMTError("no training pairs left after length filtering (data.max_len)")
 
-    model = build_model(cfg.model, len(vocabs.src), len(vocabs.tgt)).to(device)
-    opt_cls = torch.optim.AdamW if cfg.train.optimizer == Optimizer.adamw else torch.optim.Adam
-    optimizer = opt_cls(
-        model.parameters(),
-        lr=cfg.train.lr,
-        betas=tuple(cfg.train.betas),
-        weight_decay=cfg.train.weight_decay,
-    )
-    schedule = LRSchedule(cfg.train, optimizer)
-    scaler = torch.amp.GradScaler(device.type, enabled=cfg.train.precision.value == "fp16")
-    progress = Progress()
-    if resume is not None:
-        model.load_state_dict(resume.payload["model"])
-        optimizer.load_state_dict(resume.payload["optimizer"])
-        schedule.load_state_dict(resume.payload["scheduler"])
-        scaler.load_state_dict(resume.payload["scaler"])
-        progress = Progress(**resume.payload["progress"])
-        _set_rng_state(resume.payload["rng"])
+class Trainer:
+    """Owns the model, optimizer, schedule and data of one run; `run()` is the loop."""
 
-    params = sum(p.numel() for p in model.parameters())
-    print(
-        f"nmt-train: {len(train_data)} training pairs, vocab {len(vocabs.src)}/{len(vocabs.tgt)}, "
-        f"{params / 1e6:.2f}M parameters, device {device}, run {run_dir}",
-        file=sys.stderr,
-    )
+    def __init__(self, cfg: TrainRunConfig) -> None:
+        self.cfg = cfg
+        self.device = resolve_device(cfg.device)
+        check_precision(self.device, cfg.train.precision)
+        if cfg.train.metric == Metric.bleu and not cfg.train.valid_bleu:
+            raise NMTError("train.metric=bleu needs train.valid_bleu=true")
+        self.root = _prepare_run_dir(cfg)
+        self.run_dir = Path(cfg.run_dir)
+        torch.manual_seed(cfg.seed)
 
-    def checkpoint(metrics: dict) -> Path:
+        train_corpus = read_split(cfg.data, Split.train)
+        self.valid_corpus = read_split(cfg.data, Split.valid)
+        resume = load_checkpoint(self.root / "last") if cfg.train.resume else None
+        if resume is not None:
+            _check_same_model(cfg, resume.config)
+            self.vocabs = resume.vocabs
+        else:
+            self.vocabs = train_vocabs(
+                train_corpus.src, train_corpus.tgt, self.run_dir, cfg.data.tokenizer
+            )
+        self.train_data = filter_length(encode(train_corpus, self.vocabs), cfg.data.max_len)
+        self.valid_data = encode(self.valid_corpus, self.vocabs)
+        if len(self.train_data) == 0:
+            raise NMTError("no training pairs left after length filtering (data.max_len)")
+
+        self.model = build_model(cfg.model, len(self.vocabs.src), len(self.vocabs.tgt))
+        self.model.to(self.device)
+        opt = torch.optim.AdamW if cfg.train.optimizer == Optimizer.adamw else torch.optim.Adam
+        self.optimizer = opt(
+            self.model.parameters(),
+            lr=cfg.train.lr,
+            betas=tuple(cfg.train.betas),
+            weight_decay=cfg.train.weight_decay,
+        )
+        self.schedule = LRSchedule(cfg.train, self.optimizer)
+        fp16 = cfg.train.precision == Precision.fp16
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=fp16)
+        self.progress = Progress()
+        self.saved_step = -1  # step of the newest checkpoint
+        if resume is not None:
+            self.model.load_state_dict(resume.payload["model"])
+            self.optimizer.load_state_dict(resume.payload["optimizer"])
+            self.schedule.load_state_dict(resume.payload["scheduler"])
+            self.scaler.load_state_dict(resume.payload["scaler"])
+            self.progress = Progress(**resume.payload["progress"])
+            self.saved_step = self.progress.step
+            _set_rng_state(resume.payload["rng"])
+            self._truncate_log(self.progress.step)
+        self.log = open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+
+    def _truncate_log(self, step: int) -> None:
+        """Drop log lines written after the checkpoint we resume from (the run died later)."""
+        path = self.run_dir / "metrics.jsonl"
+        if path.exists():
+            lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+            kept = [line for line in lines if json.loads(line)["step"] <= step]
+            path.write_text("".join(kept), encoding="utf-8")
+
+    def record(self, entry: dict) -> None:
+        row = {"step": self.progress.step, "epoch": self.progress.epoch, **entry}
+        self.log.write(json.dumps(row) + "\n")
+        self.log.flush()
+
+    def update(self, group: list[list[int]]) -> tuple[float, float, int]:
+        """One optimizer update over `group` (accum_steps batches); returns loss, nll, tokens."""
+        cfg = self.cfg.train
+        parts = [
+            collate(i, self.train_data.src, self.train_data.tgt).to(self.device) for i in group
+        ]
+        tokens = sum(b.n_tgt_tokens for b in parts)
+        self.schedule.set_step(self.progress.step + 1)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_sum = nll_sum = 0.0
+        for batch in parts:
+            with autocast(self.device, cfg.precision):
+                loss, nll = _loss(self.model, batch, cfg.label_smoothing)
+            # normalise by the tokens of the whole update, so accumulation = one big batch
+            self.scaler.scale(loss / tokens).backward()
+            loss_sum, nll_sum = loss_sum + loss.item(), nll_sum + nll.item()
+        if cfg.clip_grad_norm > 0:
+            self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip_grad_norm)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.progress.step += 1
+        return loss_sum, nll_sum, tokens
+
+    def save(self, metrics: dict, improved: bool) -> None:
         payload = {
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "scheduler": schedule.state_dict(),
-            "scaler": scaler.state_dict(),
-            "progress": vars(progress).copy(),
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.schedule.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "progress": vars(self.progress).copy(),
             "rng": _rng_state(),
             "metrics": metrics,
         }
-        return save_checkpoint(root, progress.step, payload, cfg, vocabs)
-
-    log = open(run_dir / "metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115 - closed below
-
-    def record(entry: dict) -> None:
-        log.write(json.dumps({"step": progress.step, "epoch": progress.epoch, **entry}) + "\n")
-        log.flush()
-
-    saved_step = progress.step if resume is not None else -1
-
-    def validate_and_save() -> float:
-        """Validate, checkpoint, update best/last; returns the seconds it took."""
-        nonlocal saved_step
-        started = time.perf_counter()
-        metrics = validate(model, valid_data, valid_corpus.tgt, vocabs, cfg, device)
-        value = metrics[cfg.train.metric.value]
-        improved = _better(cfg.train.metric, value, progress.best)
+        path = save_checkpoint(self.root, self.progress.step, payload, self.cfg, self.vocabs)
         if improved:
-            progress.best, progress.bad_validations = value, 0
-        else:
-            progress.bad_validations += 1
-        schedule.report(improved)
-        record({"split": "valid", **metrics, "best": improved})
-        path = checkpoint(metrics)
-        if improved:
-            point(root, "best", path)
-        point(root, "last", path)
-        prune(root, cfg.train.keep_last)
-        saved_step = progress.step
-        shown = "  ".join(f"{k} {v:.2f}" for k, v in metrics.items())
-        bar.write(
-            f"step {progress.step}: valid {shown}{'  (best)' if improved else ''}", file=sys.stderr
+            point(self.root, "best", path)
+        point(self.root, "last", path)
+        prune(self.root, self.cfg.train.keep_last)
+        self.saved_step = self.progress.step
+
+    def validate_and_save(self) -> str:
+        """Validate, checkpoint, move best/last; returns a line for the console."""
+        metrics = validate(
+            self.model, self.valid_data, self.valid_corpus.tgt, self.vocabs, self.cfg, self.device
         )
-        return time.perf_counter() - started
+        metric = self.cfg.train.metric
+        improved = _better(metric, metrics[metric.value], self.progress.best)
+        if improved:
+            self.progress.best, self.progress.bad_validations = metrics[metric.value], 0
+        else:
+            self.progress.bad_validations += 1
+        self.schedule.report(improved)
+        self.record({"split": "valid", **metrics, "best": improved})
+        self.save(metrics, improved)
+        shown = "  ".join(f"{k} {v:.2f}" for k, v in metrics.items())
+        return f"step {self.progress.step}: valid {shown}{'  (best)' if improved else ''}"
 
-    bar = tqdm(
-        total=cfg.train.max_steps,
-        initial=progress.step,
-        desc="train",
-        dynamic_ncols=True,
-        disable=None,
-        file=sys.stderr,
-    )
-    window = {"loss": 0.0, "nll": 0.0, "tokens": 0, "start": time.perf_counter()}
-    stop = False
-    model.train()
-    try:
-        while not stop and progress.step < cfg.train.max_steps:
-            if cfg.train.max_epochs and progress.epoch >= cfg.train.max_epochs:
-                break
-            batches = epoch_batches(train_data, cfg.train.batch_tokens, cfg.seed, progress.epoch)
-            while progress.position < len(batches) and progress.step < cfg.train.max_steps:
-                group = batches[progress.position : progress.position + cfg.train.accum_steps]
-                progress.position += len(group)
-                parts = [
-                    collate(index, train_data.src, train_data.tgt).to(device) for index in group
-                ]
-                tokens = sum(b.n_tgt_tokens for b in parts)
-                lr = schedule.set_step(progress.step + 1)
-                optimizer.zero_grad(set_to_none=True)
-                for batch in parts:
-                    with autocast(device, cfg.train.precision):
-                        loss, nll = _loss(model, batch, cfg.train.label_smoothing)
-                    scaler.scale(loss / tokens).backward()
-                    window["loss"] += loss.item()
-                    window["nll"] += nll.item()
-                if cfg.train.clip_grad_norm > 0:
-                    scaler.unscale_(optimizer)
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.clip_grad_norm)
-                scaler.step(optimizer)
-                scaler.update()
-                progress.step += 1
-                window["tokens"] += tokens
-                bar.update(1)
+    def run(self) -> Path:
+        """Train until max_steps, max_epochs or early stopping; returns the best checkpoint."""
+        cfg, progress = self.cfg.train, self.progress
+        params = sum(p.numel() for p in self.model.parameters())
+        print(
+            f"nmt-train: {len(self.train_data)} training pairs, vocab {len(self.vocabs.src)}/"
+            f"{len(self.vocabs.tgt)}, {params / 1e6:.2f}M parameters, device {self.device}, "
+            f"run {self.run_dir}",
+            file=sys.stderr,
+        )
+        bar = tqdm(total=cfg.max_steps, initial=progress.step, desc="train", disable=None)
+        say = bar.write if not bar.disable else lambda s: print(s, file=sys.stderr)
+        window = Window()
+        self.model.train()
+        try:
+            while progress.step < cfg.max_steps:
+                if cfg.max_epochs and progress.epoch >= cfg.max_epochs:
+                    break
+                batches = epoch_batches(
+                    self.train_data, cfg.batch_tokens, self.cfg.seed, progress.epoch
+                )
+                while progress.position < len(batches) and progress.step < cfg.max_steps:
+                    group = batches[progress.position : progress.position + cfg.accum_steps]
+                    progress.position += len(group)
+                    window.add(*self.update(group))
+                    bar.update(1)
+                    if progress.step % cfg.log_every == 0:
+                        entry = window.flush(self.optimizer.param_groups[0]["lr"])
+                        self.record(entry)
+                        bar.set_postfix_str(Window.describe(entry))
+                        if bar.disable:  # no terminal (a log file, CI): print plain lines
+                            say(f"step {progress.step}: train {Window.describe(entry)}")
+                    if progress.step % cfg.valid_every == 0 or progress.step == cfg.max_steps:
+                        with window.paused():  # validation is not training time
+                            say(self.validate_and_save())
+                        patience = cfg.early_stopping_patience
+                        if patience and progress.bad_validations >= patience:
+                            say(f"early stopping: no {cfg.metric.value} gain in {patience} checks")
+                            return self.root / "best"
+                if progress.position >= len(batches):
+                    progress.epoch, progress.position = progress.epoch + 1, 0
+            if self.saved_step != progress.step:  # stopped between validations (max_epochs)
+                say(self.validate_and_save())
+        finally:
+            bar.close()
+            self.log.close()
+        return self.root / "best"
 
-                if progress.step % cfg.train.log_every == 0:
-                    elapsed = time.perf_counter() - window["start"]
-                    entry = {
-                        "split": "train",
-                        "loss": window["loss"] / window["tokens"],
-                        "ppl": math.exp(min(window["nll"] / window["tokens"], 50.0)),
-                        "lr": lr,
-                        "tokens_per_s": window["tokens"] / elapsed,
-                    }
-                    record(entry)
-                    shown = (
-                        f"loss {entry['loss']:.3f} lr {lr:.2e} {entry['tokens_per_s']:.0f} tok/s"
-                    )
-                    bar.set_postfix_str(shown)
-                    if bar.disable:  # no terminal (a log file, CI): print a plain line instead
-                        print(f"step {progress.step}: train {shown}", file=sys.stderr)
-                    window = {"loss": 0.0, "nll": 0.0, "tokens": 0, "start": time.perf_counter()}
 
-                if (
-                    progress.step % cfg.train.valid_every == 0
-                    or progress.step == cfg.train.max_steps
-                ):
-                    window["start"] += validate_and_save()  # validation is not training time
-                    patience = cfg.train.early_stopping_patience
-                    if patience and progress.bad_validations >= patience:
-                        bar.write(
-                            f"early stopping: no {cfg.train.metric.value} improvement "
-                            f"in {patience} validations",
-                            file=sys.stderr,
-                        )
-                        stop = True
-                        break
-            if progress.position >= len(batches):
-                progress.epoch, progress.position = progress.epoch + 1, 0
-        if saved_step != progress.step:  # stopped between validations (max_epochs)
-            validate_and_save()
-    finally:
-        bar.close()
-        log.close()
-    return root / "best"
-    if not (root / "best").exists():  # stopped before the first validation (max_epochs)
-        path = checkpoint({})
-        point(root, "best", path)
-        point(root, "last", path)
-    return root / "best"
+class Window:
+    """Training statistics since the last log line."""
+
+    def __init__(self) -> None:
+        self.loss = self.nll = 0.0
+        self.tokens = 0
+        self.start = time.perf_counter()
+
+    def add(self, loss: float, nll: float, tokens: int) -> None:
+        self.loss, self.nll, self.tokens = self.loss + loss, self.nll + nll, self.tokens + tokens
+
+    @contextlib.contextmanager
+    def paused(self):
+        started = time.perf_counter()
+        yield
+        self.start += time.perf_counter() - started
+
+    def flush(self, lr: float) -> dict:
+        tokens = max(self.tokens, 1)
+        entry = {
+            "split": "train",
+            "loss": self.loss / tokens,  # label-smoothed, per target token
+            "ppl": math.exp(min(self.nll / tokens, 50.0)),
+            "lr": lr,
+            "tokens_per_s": self.tokens / (time.perf_counter() - self.start),
+        }
+        self.__init__()
+        return entry
+
+    @staticmethod
+    def describe(entry: dict) -> str:
+        return f"loss {entry['loss']:.3f} lr {entry['lr']:.2e} {entry['tokens_per_s']:.0f} tok/s"
+
+
+def train_main(cfg: TrainRunConfig) -> Path:
+    """Train as configured; returns the path of the best checkpoint."""
+    return Trainer(cfg).run()
