@@ -21,10 +21,10 @@ install: $(BIN)/.installed ## create .venv with nmt (editable), its dependencies
 demo: install ## generate the demo corpus, train, evaluate and translate (CPU, a few minutes)
 	$(BIN)/python -m nmt.demo --out data/demo
 	$(BIN)/nmt-train experiment=demo train.overwrite=true
-	$(BIN)/nmt-evaluate ckpt=$(DEMO_RUN)/checkpoints/best split=test heatmaps=1
+	$(BIN)/nmt-evaluate ckpt=$(DEMO_RUN)/checkpoints/best split=test heatmaps=3
 	@echo "--- translating examples/demo.de:"
 	$(BIN)/nmt-translate ckpt=$(DEMO_RUN)/checkpoints/best < examples/demo.de
-	@echo "--- attention heatmap of the first test sentence: $(DEMO_RUN)/eval/test.attention.0.png"
+	@echo "--- attention heatmaps of the first test sentences: $(DEMO_RUN)/eval/test.attention.*.png"
 
 test: install ## run the fast test suite
 	$(BIN)/python -m pytest -q
