@@ -8,9 +8,12 @@ makes a resumed run see exactly the batches the uninterrupted run would have see
 from __future__ import annotations
 
 import json
+import os
 import re
+import socket
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlparse
 
 import torch
 
@@ -110,9 +113,27 @@ def _pair_from_record(record: dict, cfg: DataConfig) -> tuple[str, str]:
     return ("" if src is None else str(src)), ("" if tgt is None else str(tgt))
 
 
+def _check_hub_reachable(hub_id: str) -> None:
+    """Fail at once when the hub's host does not resolve, instead of after ~30 s of retries.
+
+    Skipped for local dataset directories and when HF_HUB_OFFLINE is set (a cached copy is used).
+    """
+    if Path(hub_id).exists() or os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0"):
+        return
+    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or ""
+    try:
+        socket.getaddrinfo(host, 443)
+    except OSError as err:
+        raise NMTError(
+            f"cannot reach {host} to load dataset {hub_id!r} (offline?); use data.local_dir=DIR "
+            "with plain files, or HF_HUB_OFFLINE=1 to use a cached copy"
+        ) from err
+
+
 def _read_hub(cfg: DataConfig, split: Split) -> Corpus:
     import datasets  # heavy import; only the hub path needs it
 
+    _check_hub_reachable(cfg.hub_id)
     name = getattr(cfg.hub_splits, split.value)
     try:
         ds = datasets.load_dataset(cfg.hub_id, cfg.hub_config, split=name)

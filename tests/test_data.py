@@ -408,3 +408,16 @@ def test_encode_appends_eos_to_sources_only(tmp_path):
     for ids, text in zip(enc.tgt, corpus.tgt):
         assert BOS not in ids and EOS not in ids
         assert vocabs.tgt.decode([ids])[0] == text
+
+
+def test_unreachable_hub_fails_fast_with_advice(monkeypatch):
+    import socket
+
+    def no_dns(*args, **kwargs):
+        raise socket.gaierror("Name or service not known")
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(socket, "getaddrinfo", no_dns)
+    cfg = DataConfig(name="m", src_lang="de", tgt_lang="en", hub_id="bentrevett/multi30k")
+    with pytest.raises(NMTError, match="cannot reach huggingface.co.*data.local_dir"):
+        read_split(cfg, Split.train)
