@@ -67,6 +67,11 @@ def test_every_scorer_in_every_decoder_trains_a_step(attention, decoder):
     assert all(g is not None and torch.isfinite(g).all() for g in grads)
 
 
+def test_tied_embeddings_share_one_tensor():
+    model = tiny(decoder="luong", tie_embeddings=True)
+    assert model.decoder.out.weight is model.decoder.embed.weight
+
+
 def test_padding_does_not_change_a_sentence_encoding():
     """Packed sequences: a sentence padded next to a longer one encodes exactly as alone."""
     torch.manual_seed(0)

@@ -131,3 +131,40 @@ def test_bad_checkpoints_are_one_line_errors(tmp_path, trained):
         assert result.returncode == 2
         err = result.stderr.decode().strip()
         assert err.startswith("nmt-translate: error:") and "\n" not in err, err
+
+
+def test_evaluate_on_a_pair_of_files(trained, demo_dir, tmp_path, capsys):
+    ckpt = trained / "checkpoints" / "best"
+    args = [
+        f"ckpt={ckpt}",
+        f"src_file={demo_dir / 'valid.de'}",
+        f"ref_file={demo_dir / 'valid.en'}",
+    ]
+    assert cli.evaluate([*args, f"out_dir={tmp_path}"]) == 0
+    assert "BLEU = " in capsys.readouterr().out
+    scores = json.loads((tmp_path / "valid.de.scores.json").read_text())
+    assert scores["sentences"] == 100 and scores["bleu"] > 40
+
+
+def test_interactive_prompt_shows_translation_and_attention(trained, tmp_path, monkeypatch, capsys):
+    from nmt.translate import Translator, repl
+
+    typed = iter(["Ich sehe einundzwanzig rote Äpfel.", "   "])
+
+    def fake_input(prompt: str) -> str:
+        try:
+            return next(typed)
+        except StopIteration:
+            raise EOFError from None
+
+    monkeypatch.setattr("builtins.input", fake_input)
+    translator = Translator.from_checkpoint(trained / "checkpoints" / "best", device="cpu")
+    png = tmp_path / "attn.png"
+    repl(translator, show_attention=True, attention_png=str(png))
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "I see twenty-one red apples."
+    assert "▁I" in out[1]  # header row of source pieces, then one row per target piece
+    assert len(out) == 2 + len(
+        translator.translate_full(["Ich sehe einundzwanzig rote Äpfel."])[0].tgt_pieces
+    )
+    assert png.stat().st_size > 1000
