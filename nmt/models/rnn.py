@@ -74,7 +74,6 @@ class RNNState:
     """Decoder state; everything the next step needs, nothing stored on the modules."""
 
     hidden: Hidden  # (L, B, H) or (h, c)
-    memory: Tensor  # (B, S, H)
     src_mask: Tensor  # (B, S)
     prepared: Prepared | None  # attention keys/values, computed once per batch
     feed: Tensor | None  # Luong input feeding: h~_{t-1} (B, 1, H)
@@ -86,7 +85,6 @@ class RNNState:
             hidden = self.hidden.index_select(1, index)
         return RNNState(
             hidden,
-            self.memory.index_select(0, index),
             self.src_mask.index_select(0, index),
             None if self.prepared is None else self.prepared.index_select(index),
             None if self.feed is None else self.feed.index_select(0, index),
@@ -128,7 +126,7 @@ class RNNDecoder(nn.Module):
             h = encoded.memory.new_zeros(self.cfg.decoder_layers, batch, self.hidden_size)
         hidden: Hidden = (h, h) if self.cfg.cell == Cell.lstm else h
         prepared = self.attention.prepare(encoded.memory) if self.attention is not None else None
-        return RNNState(hidden, encoded.memory, encoded.src_mask, prepared, None)
+        return RNNState(hidden, encoded.src_mask, prepared, None)
 
     def attend(self, query: Tensor, state: RNNState) -> tuple[Tensor, Tensor | None]:
         """query (B, T, H) -> context (B, T, H), weights averaged over heads (B, T, S)."""
