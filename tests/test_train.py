@@ -52,6 +52,36 @@ def test_resume_gives_the_same_losses_as_an_uninterrupted_run(tmp_path, demo_dir
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_a_run_killed_between_checkpoints_resumes_to_the_same_losses(
+    tmp_path, demo_dir, monkeypatch
+):
+    from nmt.train import Trainer
+
+    common = [
+        "train.log_every=1",
+        "train.valid_every=4",
+        "train.valid_bleu=false",
+        "train.metric=loss",
+        "train.max_steps=10",
+    ]
+    train(tmp_path / "straight", demo_dir, *common)
+    real_update, calls = Trainer.update, {"n": 0}
+
+    def dies_at_step_7(self, group):
+        calls["n"] += 1
+        if calls["n"] == 7:
+            raise KeyboardInterrupt  # like Ctrl-C or a kill between two checkpoints
+        return real_update(self, group)
+
+    monkeypatch.setattr(Trainer, "update", dies_at_step_7)
+    args = ["data=demo", f"data.local_dir={demo_dir}", f"run_dir={tmp_path / 'killed'}", *SMALL]
+    assert cli.train([*args, *common]) == 130
+    monkeypatch.undo()
+    assert load_checkpoint(tmp_path / "killed" / "checkpoints" / "last").payload["step"] == 4
+    train(tmp_path / "killed", demo_dir, *common, "train.resume=true")
+    assert losses(tmp_path / "killed") == losses(tmp_path / "straight")
+
+
 def test_existing_run_is_never_clobbered(tmp_path, demo_dir, capsys):
     train(
         tmp_path / "run",
