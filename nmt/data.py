@@ -65,7 +65,8 @@ def _detect_format(directory: Path, stem: str, cfg: DataConfig) -> DataFormat:
 def _read_local(cfg: DataConfig, split: Split) -> Corpus:
     directory = Path(cfg.local_dir)
     if not directory.is_dir():
-        raise NMTError(f"data.local_dir not found: {directory}")
+        hint = " (make it with: python -m nmt.demo --out data/demo)" if cfg.name == "demo" else ""
+        raise NMTError(f"data.local_dir not found: {directory.resolve()}{hint}")
     stem = getattr(cfg.local_splits, split.value)
     match _detect_format(directory, stem, cfg):
         case DataFormat.text:

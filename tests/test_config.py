@@ -18,7 +18,9 @@ def names(group: str) -> list[str]:
 @pytest.mark.parametrize("model", names("model"))
 @pytest.mark.parametrize("data", names("data"))
 def test_every_model_and_data_config_composes_and_builds(model, data):
-    cfg = cli._compose("train", [f"model={model}", f"data={data}", "data.local_dir=x"], None)
+    overrides = [f"model={model}", f"data={data}", "data.local_dir=x"]
+    overrides += ["data.src_lang=de", "data.tgt_lang=en"]  # data=files leaves them to the user
+    cfg = cli._compose("train", overrides, None)
     assert isinstance(cfg, TrainRunConfig)
     assert isinstance(cfg.model, RNNConfig) and cfg.model.name == model
     assert cfg.data.name == data
@@ -80,6 +82,11 @@ def test_unknown_group_option_lists_the_options(capsys):
 def test_invalid_combination_fails_at_composition(capsys):
     err = error_of(cli.train, ["model.hidden_size=255"], capsys)
     assert "even" in err
+
+
+def test_files_template_asks_for_the_directory(capsys):
+    err = error_of(cli.train, ["data=files", "data.src_lang=de", "data.tgt_lang=en"], capsys)
+    assert "data.local_dir" in err
 
 
 def test_missing_checkpoint_argument(capsys):
