@@ -58,13 +58,14 @@ def greedy(model: Seq2Seq, src: Tensor, src_lens: Tensor, cfg: DecodeConfig) -> 
             state, alive, best = state.reorder(keep), alive[keep], best[keep]
         prev = best
 
+    # one device-to-host copy per tensor, then plain Python
+    attention = None if attention is None else attention.cpu()
     out = []
-    for row in range(batch):
-        n = int(lengths[row])
-        seq = tokens[row, :n].tolist()
+    for row, (n, seq, score) in enumerate(zip(lengths.tolist(), tokens.tolist(), scores.tolist())):
+        seq = seq[:n]
         ended = bool(seq) and seq[-1] == EOS
-        attn = None if attention is None else attention[row, :n, : int(src_lens[row])].cpu()
-        out.append(Hypothesis(seq[:-1] if ended else seq, float(scores[row]), ended, attn))
+        attn = None if attention is None else attention[row, :n, : int(src_lens[row])]
+        out.append(Hypothesis(seq[:-1] if ended else seq, score, ended, attn))
     return out
 
 
