@@ -203,7 +203,12 @@ class Trainer:
             path.write_text("".join(kept), encoding="utf-8")
 
     def record(self, entry: dict) -> None:
-        row = {"step": self.progress.step, "epoch": self.progress.epoch, **entry}
+        row = {
+            "step": self.progress.step,
+            "epoch": self.progress.epoch,
+            "time": time.time(),
+            **entry,
+        }
         self.log.write(json.dumps(row) + "\n")
         self.log.flush()
 
@@ -338,6 +343,7 @@ class Window:
             "loss": self.loss / tokens,  # label-smoothed, per target token
             "ppl": math.exp(min(self.nll / tokens, 50.0)),
             "lr": lr,
+            "tokens": self.tokens,  # target tokens in this window
             "tokens_per_s": self.tokens / (time.perf_counter() - self.start),
         }
         self.__init__()
