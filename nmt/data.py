@@ -40,12 +40,17 @@ class Corpus:
         return len(self.src)
 
 
-def read_lines(path: Path) -> list[str]:
+def _raw_lines(path: Path) -> list[str]:
     """Lines of a UTF-8 text file, split on '\\n' only (a stray '\\r' must not add a line)."""
     if not path.is_file():
         raise NMTError(f"data file not found: {path}")
     with open(path, encoding="utf-8-sig", errors="replace", newline="\n") as f:
-        return [clean(line) for line in f]
+        return [line.rstrip("\n") for line in f]
+
+
+def read_lines(path: Path) -> list[str]:
+    """The cleaned lines of a text file, one per '\\n', blank ones kept (alignment matters)."""
+    return [clean(line) for line in _raw_lines(path)]
 
 
 def _detect_format(directory: Path, stem: str, cfg: DataConfig) -> DataFormat:
@@ -80,7 +85,7 @@ def _read_local(cfg: DataConfig, split: Split) -> Corpus:
             return Corpus(src, tgt)
         case DataFormat.tsv:
             path = directory / f"{stem}.tsv"
-            rows = [line.split("\t") for line in _raw_lines(path)]
+            rows = [line.split("\t") for line in _raw_lines(path) if line.strip()]
             if bad := [i + 1 for i, row in enumerate(rows) if len(row) != 2]:
                 raise NMTError(
                     f"{path}: line {bad[0]} does not have exactly 2 tab-separated fields"
@@ -89,7 +94,7 @@ def _read_local(cfg: DataConfig, split: Split) -> Corpus:
         case DataFormat.jsonl:
             path = directory / f"{stem}.jsonl"
             pairs = []
-            for i, line in enumerate(_raw_lines(path)):
+            for i, line in enumerate(x for x in _raw_lines(path) if x.strip()):
                 try:
                     obj = json.loads(line)
                     pairs.append(_pair_from_record(obj, cfg))
@@ -97,13 +102,6 @@ def _read_local(cfg: DataConfig, split: Split) -> Corpus:
                     raise NMTError(f"{path}: line {i + 1}: {err}") from err
             return Corpus([clean(s) for s, _ in pairs], [clean(t) for _, t in pairs])
     raise AssertionError("unreachable")
-
-
-def _raw_lines(path: Path) -> list[str]:
-    if not path.is_file():
-        raise NMTError(f"data file not found: {path}")
-    with open(path, encoding="utf-8-sig", errors="replace", newline="\n") as f:
-        return [line.rstrip("\n") for line in f if line.strip()]
 
 
 def _pair_from_record(record: dict, cfg: DataConfig) -> tuple[str, str]:
