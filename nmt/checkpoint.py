@@ -130,7 +130,9 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
 
 def restore_model(ckpt: Checkpoint, device: torch.device) -> Seq2Seq:
     """Build the model its config describes and load the weights (eval mode)."""
-    model = build_model(ckpt.config.model, len(ckpt.vocabs.src), len(ckpt.vocabs.tgt))
+    model = build_model(
+        ckpt.config.model, len(ckpt.vocabs.src), len(ckpt.vocabs.tgt), ckpt.vocabs.joint
+    )
     try:
         model.load_state_dict(ckpt.payload["model"])
     except RuntimeError as err:

@@ -15,7 +15,13 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from nmt.config import EvaluateRunConfig, RNNConfig, TrainRunConfig, TranslateRunConfig
+from nmt.config import (
+    EvaluateRunConfig,
+    RNNConfig,
+    TrainRunConfig,
+    TransformerConfig,
+    TranslateRunConfig,
+)
 from nmt.errors import NMTError
 
 EXIT_USAGE = 2
@@ -38,6 +44,7 @@ def _register_schemas() -> None:
     store.store(name="evaluate_schema", node=EvaluateRunConfig)
     store.store(name="translate_schema", node=TranslateRunConfig)
     store.store(group="model", name="rnn", node=RNNConfig)
+    store.store(group="model", name="transformer", node=TransformerConfig)
 
 
 def _explain(err: Exception) -> str:

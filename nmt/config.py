@@ -42,6 +42,21 @@ class Bridge(str, Enum):
     linear = "linear"  # tanh(W · final encoder state)
 
 
+class Norm(str, Enum):
+    pre = "pre"  # LayerNorm before each sublayer (stable without long warm-up)
+    post = "post"  # LayerNorm after each residual sum (Vaswani et al. 2017)
+
+
+class Positions(str, Enum):
+    sinusoidal = "sinusoidal"  # fixed, any length
+    learned = "learned"  # trained table of `max_positions` rows
+
+
+class Activation(str, Enum):
+    relu = "relu"
+    gelu = "gelu"
+
+
 class DataFormat(str, Enum):
     auto = "auto"  # pick text / tsv / jsonl from the files present
     text = "text"  # {split}.{lang} pairs, one sentence per line
@@ -78,7 +93,15 @@ class Precision(str, Enum):
 
 
 class Strategy(str, Enum):
-    greedy = "greedy"
+    greedy = "greedy"  # the most probable next token, one hypothesis
+    beam = "beam"  # batched beam search, n-best lists
+    sample = "sample"  # ancestral sampling with temperature / top-k / top-p
+
+
+class LengthPenalty(str, Enum):
+    none = "none"  # rank finished hypotheses by log-probability (favours short ones)
+    average = "average"  # log-probability / length
+    gnmt = "gnmt"  # log-probability / ((5 + length) / 6) ** alpha (Wu et al. 2016)
 
 
 class Split(str, Enum):
@@ -182,6 +205,38 @@ class RNNConfig(ModelConfig):
 
 
 @dataclass
+class TransformerConfig(ModelConfig):
+    arch: str = "transformer"
+    name: str = "transformer"
+    d_model: int = 256  # embedding and residual stream size
+    heads: int = 4
+    ff_size: int = 1024  # inner size of the position-wise feed-forward layer
+    encoder_layers: int = 3
+    decoder_layers: int = 3
+    dropout: float = 0.1  # on embeddings and every residual branch
+    attention_dropout: float = 0.1  # on attention weights
+    activation_dropout: float = 0.0  # inside the feed-forward layer, after the activation
+    activation: Activation = Activation.relu
+    norm: Norm = Norm.pre
+    positions: Positions = Positions.sinusoidal
+    max_positions: int = 1024  # learned positions only; later positions reuse the last row
+    scale_embeddings: bool = True  # multiply embeddings by sqrt(d_model)
+    share_embeddings: bool = True  # one embedding table for both sides (needs a joint vocabulary)
+    tie_output: bool = True  # output projection = target embedding
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.heads:
+            raise NMTError(
+                f"model.d_model={self.d_model} is not divisible by model.heads={self.heads}"
+            )
+        if min(self.encoder_layers, self.decoder_layers, self.ff_size, self.max_positions) < 1:
+            raise NMTError("model layers, ff_size and max_positions must be >= 1")
+        for key in ("dropout", "attention_dropout", "activation_dropout"):
+            if not 0.0 <= getattr(self, key) < 1.0:
+                raise NMTError(f"model.{key}={getattr(self, key)} must be in [0, 1)")
+
+
+@dataclass
 class TrainConfig:
     max_steps: int = 100_000  # optimizer updates
     max_epochs: int = 0  # 0 = no limit
@@ -220,13 +275,49 @@ class TrainConfig:
 @dataclass
 class DecodeConfig:
     strategy: Strategy = Strategy.greedy
+    beam_size: int = 5  # beam only
+    n_best: int = 1  # hypotheses kept per sentence (beam: <= beam_size; sample: independent draws)
+    length_penalty: LengthPenalty = LengthPenalty.none
+    alpha: float = 0.6  # gnmt only
+    min_len_a: float = 0.0  # EOS is blocked before a * source length + b target pieces
+    min_len_b: int = 0
     max_len_a: float = 1.5  # target length limit = a * source length + b, capped
     max_len_b: int = 10
     max_len_cap: int = 512
+    no_repeat_ngram: int = 0  # forbid repeating any n-gram of this size; 0 = off
+    temperature: float = 1.0  # sample only: logits / temperature
+    top_k: int = 0  # sample only: draw from the k most probable tokens; 0 = all
+    top_p: float = 1.0  # sample only: from the smallest set with this much probability mass
+    seed: int = 1234  # sample only
     batch_size: int = 64  # sentences per decoding batch
 
+    def __post_init__(self) -> None:
+        if self.beam_size < 1 or self.n_best < 1 or self.batch_size < 1:
+            raise NMTError("decode.beam_size, decode.n_best and decode.batch_size must be >= 1")
+        if self.strategy == Strategy.beam and self.n_best > self.beam_size:
+            raise NMTError(f"decode.n_best={self.n_best} exceeds decode.beam_size={self.beam_size}")
+        if self.strategy == Strategy.greedy and self.n_best != 1:
+            raise NMTError("decode.n_best > 1 needs decode=beam or decode=sample")
+        if self.temperature <= 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
+            raise NMTError("decode.temperature must be > 0, top_p in (0, 1], top_k >= 0")
+        if self.no_repeat_ngram < 0 or self.max_len_cap < 1 or self.alpha < 0:
+            raise NMTError("decode.no_repeat_ngram >= 0, max_len_cap >= 1 and alpha >= 0 needed")
+
     def max_len(self, src_len: int) -> int:
-        return min(self.max_len_cap, int(self.max_len_a * src_len + self.max_len_b))
+        return max(1, min(self.max_len_cap, int(self.max_len_a * src_len + self.max_len_b)))
+
+    def min_len(self, src_len: int) -> int:
+        return int(self.min_len_a * src_len + self.min_len_b)
+
+    def normalize(self, score: float, length: int) -> float:
+        """The score hypotheses are ranked by; length counts generated pieces, EOS included."""
+        match self.length_penalty:
+            case LengthPenalty.none:
+                return score
+            case LengthPenalty.average:
+                return score / max(length, 1)
+            case LengthPenalty.gnmt:
+                return score / ((5 + length) / 6) ** self.alpha
 
 
 @dataclass
@@ -253,6 +344,9 @@ class EvaluateRunConfig:
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     out_dir: str | None = None  # None = <run_dir>/eval
     heatmaps: int = 0  # attention heatmaps (PNG) for the first K sentences
+    attention_layer: int | None = -1  # which attention layer they show; None = mean of layers
+    attention_head: int | None = None  # which head; None = mean of heads
+    heatmap_grid: bool = False  # also one PNG per sentence with every layer and head
     device: str = "auto"
 
     def __post_init__(self) -> None:
@@ -269,6 +363,9 @@ class TranslateRunConfig:
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     show_attention: bool = False  # print the attention matrix as text (interactive mode)
     attention_png: str | None = None  # interactive: write the last heatmap to this file
+    attention_layer: int | None = -1  # which attention layer is shown; None = mean of layers
+    attention_head: int | None = None  # which head; None = mean of heads
+    nbest_tsv: bool = False  # batch mode: line<TAB>rank<TAB>score<TAB>text per n-best hypothesis
     device: str = "auto"
 
     def __post_init__(self) -> None:
@@ -280,7 +377,9 @@ def model_schema(arch: str) -> type[ModelConfig]:
     match arch:
         case "rnn":
             return RNNConfig
-    raise NMTError(f"unknown model.arch {arch!r}; expected one of: rnn")
+        case "transformer":
+            return TransformerConfig
+    raise NMTError(f"unknown model.arch {arch!r}; expected one of: rnn, transformer")
 
 
 def load_run_config(path: Path) -> TrainRunConfig:

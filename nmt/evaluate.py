@@ -14,7 +14,7 @@ from pathlib import Path
 
 from sacrebleu.metrics import BLEU, CHRF, TER
 
-from nmt.attention_map import save_heatmap
+from nmt.attention_map import save_heatmap, save_heatmap_grid
 from nmt.checkpoint import load_checkpoint, restore_model
 from nmt.config import EvaluateRunConfig
 from nmt.data import read_lines, read_split
@@ -72,7 +72,7 @@ def evaluate_main(cfg: EvaluateRunConfig) -> Scores:
         corpus = read_split(cfg.data or ckpt.config.data, cfg.split)
         sources, references, name = corpus.src, corpus.tgt, cfg.split.value
 
-    results = translator.translate_full(sources)
+    results = translator.translate_full(sources, attention=cfg.heatmaps > 0)
     hypotheses = [r.text for r in results]
     scores = score(hypotheses, references)
 
@@ -88,14 +88,13 @@ def evaluate_main(cfg: EvaluateRunConfig) -> Scores:
     }
     (out / f"{name}.scores.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     for k, result in enumerate(results[: cfg.heatmaps]):
-        if result.attention is not None:
-            save_heatmap(
-                result.src_pieces,
-                result.tgt_pieces,
-                result.attention,
-                out / f"{name}.attention.{k}.png",
-                result.text,
-            )
+        weights = result.attention(cfg.attention_layer, cfg.attention_head)
+        if weights is None:
+            continue
+        pieces = (result.src_pieces, result.tgt_pieces)
+        save_heatmap(*pieces, weights, out / f"{name}.attention.{k}.png", result.text)
+        if cfg.heatmap_grid:
+            save_heatmap_grid(*pieces, result.maps, out / f"{name}.heads.{k}.png", result.text)
 
     print(f"{name}: {len(sources)} sentences, checkpoint {ckpt.path} (step {ckpt.payload['step']})")
     print("\n".join(scores.lines))

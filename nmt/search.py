@@ -1,7 +1,14 @@
 """Decoding strategies over the `Seq2Seq` step interface; they never ask which family they run.
 
-`greedy` decodes one padded batch; `decode_all` runs the configured strategy over any number of
-sentences in length-sorted batches and returns the results in the input order.
+`greedy`, `sample` and `beam_search` decode one padded batch and return an n-best list per
+sentence; `decode_all` runs the configured strategy over any number of sentences in length-sorted
+batches and returns the lists in the input order.
+
+All three work on rows: one row per live hypothesis, a decoder state with one row each. A finished
+sentence leaves the batch at once (its rows are dropped from the state with `reorder`), so a batch
+costs what its live sentences cost, and no loop over the sentences of a batch runs per step.
+Shapes: B sentences, K beam size, R live rows, V vocabulary, S source length, M attention maps
+(L layers, h heads) of one step: (R, L, h, S).
 """
 
 from __future__ import annotations
@@ -14,73 +21,274 @@ from torch import Tensor
 from nmt.config import DecodeConfig, Strategy
 from nmt.data import collate
 from nmt.models.seq2seq import Seq2Seq
-from nmt.tokenizer import BOS, EOS, PAD
+from nmt.tokenizer import BOS, EOS
+
+NEG_INF = float("-inf")
 
 
 @dataclass
 class Hypothesis:
     tokens: list[int]  # target ids, without BOS and EOS
     score: float  # sum of log-probabilities, EOS included when it was produced
+    normalized: float  # `score` with the length penalty: what n-best lists are sorted by
     ended: bool  # produced EOS (False: stopped by the length limit)
-    attention: Tensor | None  # (steps, S) on CPU: one row per generated token (EOS included)
+    attention: Tensor | None  # (steps, L, h, S) on CPU: one row per generated token (EOS incl.)
 
 
-@torch.inference_mode()
-def greedy(model: Seq2Seq, src: Tensor, src_lens: Tensor, cfg: DecodeConfig) -> list[Hypothesis]:
-    """Batched greedy search. src (B, S), src_lens (B,). Rows leave the batch when they finish."""
+def _limits(cfg: DecodeConfig, src_lens: Tensor) -> tuple[Tensor, Tensor]:
+    """Per sentence: max and min number of generated tokens (the EOS counts toward max)."""
+    lens = src_lens.tolist()
+    device = src_lens.device
+    max_len = torch.tensor([cfg.max_len(n) for n in lens], device=device)
+    min_len = torch.tensor([cfg.min_len(n) for n in lens], device=device)
+    return max_len, min_len
+
+
+def constrain(log_probs: Tensor, history: Tensor, min_len: Tensor, no_repeat_ngram: int) -> Tensor:
+    """Apply the hard constraints to next-token log-probabilities, in place.
+
+    log_probs (R, V); history (R, t) tokens generated so far; min_len (R,). EOS is blocked while a
+    row is shorter than its minimum; a token that would complete an n-gram already in the row's
+    history is blocked. Blocked tokens get -inf, the rest are left as they are (not renormalised).
+    """
+    t = history.size(1)
+    log_probs[:, EOS].masked_fill_(t < min_len, NEG_INF)
+    n = no_repeat_ngram
+    if n and t >= n:
+        grams = history.unfold(1, n, 1)  # (R, t - n + 1, n): every n-gram so far
+        prefix = history[:, t - n + 1 :]  # (R, n - 1): what the next token would extend
+        seen = (grams[:, :, :-1] == prefix.unsqueeze(1)).all(dim=-1)  # (R, t - n + 1)
+        banned = torch.zeros_like(log_probs).scatter_reduce(
+            1, grams[:, :, -1], seen.to(log_probs.dtype), reduce="amax"
+        )
+        log_probs.masked_fill_(banned > 0, NEG_INF)
+    return log_probs
+
+
+def _next_log_probs(
+    model: Seq2Seq, prev: Tensor, state, history: Tensor, min_len: Tensor, cfg: DecodeConfig
+):
+    logits, weights, state = model.decode_step(prev, state)
+    log_probs = torch.log_softmax(logits.float(), dim=-1)  # fp32 whatever the autocast
+    return constrain(log_probs, history, min_len, cfg.no_repeat_ngram), weights, state
+
+
+def _draw(log_probs: Tensor, cfg: DecodeConfig, generator: torch.Generator | None) -> Tensor:
+    """One token per row (R,): the argmax, or a draw from the tempered, truncated distribution."""
+    if generator is None:
+        return log_probs.argmax(dim=-1)
+    logits = log_probs / cfg.temperature
+    if cfg.top_k and cfg.top_k < logits.size(-1):
+        kth = logits.topk(cfg.top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, NEG_INF)
+    if cfg.top_p < 1.0:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        # keep a token if the mass before it is below top_p (so the most probable always stays)
+        drop = probs.cumsum(dim=-1) - probs >= cfg.top_p
+        logits = logits.scatter(1, order, sorted_logits.masked_fill(drop, NEG_INF))
+    probs = torch.softmax(logits, dim=-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
+
+def _single_path(
+    model: Seq2Seq,
+    src: Tensor,
+    src_lens: Tensor,
+    cfg: DecodeConfig,
+    attention: bool,
+    generator: torch.Generator | None,
+) -> list[Hypothesis]:
+    """Greedy (generator None) or sampling: one hypothesis per row of src (B, S)."""
     batch, device = src.size(0), src.device
-    limits = torch.tensor([cfg.max_len(int(n)) for n in src_lens], device=device)  # (B,)
-    steps = int(limits.max())
-    tokens = torch.full((batch, steps), PAD, dtype=torch.long, device=device)
+    max_len, min_len = _limits(cfg, src_lens)
+    steps = int(max_len.max())
+    tokens = torch.zeros((batch, steps), dtype=torch.long, device=device)
     scores = torch.zeros(batch, device=device)
     lengths = torch.zeros(batch, dtype=torch.long, device=device)  # tokens produced, EOS included
-    attention: Tensor | None = None
+    maps: Tensor | None = None  # (B, steps, L, h, S)
 
     state = model.init_state(model.encode(src, src_lens))
     prev = torch.full((batch,), BOS, dtype=torch.long, device=device)
     alive = torch.arange(batch, device=device)  # original rows still decoding
     for t in range(steps):
-        logits, weights, state = model.decode_step(prev, state)
-        log_probs = torch.log_softmax(logits.float(), dim=-1)
-        best_score, best = log_probs.max(dim=-1)
-        tokens[alive, t] = best
-        scores[alive] += best_score
+        log_probs, weights, state = _next_log_probs(
+            model, prev, state, tokens[alive, :t], min_len[alive], cfg
+        )
+        choice = _draw(log_probs, cfg, generator)
+        tokens[alive, t] = choice
+        scores[alive] += log_probs.gather(1, choice.unsqueeze(1)).squeeze(1)
         lengths[alive] = t + 1
-        if weights is not None:
-            if attention is None:
-                attention = src.new_zeros((batch, steps, src.size(1)), dtype=torch.float)
-            attention[alive, t] = weights.float()
-        done = (best == EOS) | (t + 1 >= limits[alive])
+        if attention and weights is not None:
+            if maps is None:
+                maps = weights.new_zeros((batch, steps, *weights.shape[1:]), dtype=torch.float)
+            maps[alive, t] = weights.float()
+        done = (choice == EOS) | (t + 1 >= max_len[alive])
         if bool(done.all()):
             break
         if bool(done.any()):
             keep = (~done).nonzero().squeeze(1)
-            state, alive, best = state.reorder(keep), alive[keep], best[keep]
-        prev = best
+            state, alive, choice = state.reorder(keep), alive[keep], choice[keep]
+        prev = choice
 
     # one device-to-host copy per tensor, then plain Python
-    attention = None if attention is None else attention.cpu()
+    maps = None if maps is None else maps.cpu()
     out = []
     for row, (n, seq, score) in enumerate(zip(lengths.tolist(), tokens.tolist(), scores.tolist())):
         seq = seq[:n]
         ended = bool(seq) and seq[-1] == EOS
-        attn = None if attention is None else attention[row, :n, : int(src_lens[row])]
-        out.append(Hypothesis(seq[:-1] if ended else seq, score, ended, attn))
+        attn = None if maps is None else maps[row, :n, ..., : int(src_lens[row])]
+        out.append(
+            Hypothesis(seq[:-1] if ended else seq, score, cfg.normalize(score, n), ended, attn)
+        )
     return out
 
 
-def decode_all(
-    model: Seq2Seq, src_ids: list[list[int]], cfg: DecodeConfig, device: torch.device
+@torch.inference_mode()
+def greedy(
+    model: Seq2Seq, src: Tensor, src_lens: Tensor, cfg: DecodeConfig, attention: bool = True
 ) -> list[Hypothesis]:
-    """Decode every source (ids ending in EOS) in length-sorted batches; results in input order."""
+    """Batched greedy search. src (B, S), src_lens (B,). Rows leave the batch when they finish."""
+    return _single_path(model, src, src_lens, cfg, attention, None)
+
+
+@torch.inference_mode()
+def sample(
+    model: Seq2Seq, src: Tensor, src_lens: Tensor, cfg: DecodeConfig, attention: bool = True
+) -> list[list[Hypothesis]]:
+    """`cfg.n_best` independent draws per sentence, sorted by normalised score. Reproducible for
+    the same inputs, batching and `cfg.seed`."""
+    generator = torch.Generator(device=src.device).manual_seed(cfg.seed)
+    n = cfg.n_best
+    hyps = _single_path(
+        model, src.repeat_interleave(n, 0), src_lens.repeat_interleave(n, 0), cfg, attention,
+        generator,
+    )  # fmt: skip
+    return [
+        sorted(hyps[i * n : (i + 1) * n], key=lambda h: -h.normalized) for i in range(src.size(0))
+    ]
+
+
+@torch.inference_mode()
+def beam_search(
+    model: Seq2Seq, src: Tensor, src_lens: Tensor, cfg: DecodeConfig, attention: bool = True
+) -> list[list[Hypothesis]]:
+    """Batched beam search: the n-best list of each sentence of src (B, S), best first.
+
+    Each step scores every (beam, token) extension, keeps the 2K best per sentence, sets aside the
+    ones ending in EOS among the first K (the K-best rule that makes beam 1 equal greedy), and
+    continues with the K best that do not end. A sentence is done when K hypotheses have finished
+    or it reached its length limit (then its K best are kept as they are, unended).
+    """
+    batch, device, k = src.size(0), src.device, cfg.beam_size
+    max_len, min_len = _limits(cfg, src_lens)
+    encoded = model.encode(src, src_lens)
+    state = model.init_state(encoded).reorder(
+        torch.arange(batch, device=device).repeat_interleave(k)
+    )
+    sentence = torch.arange(batch, device=device)  # (N,) original index of each live sentence
+    scores = torch.full((batch, k), NEG_INF, device=device)
+    scores[:, 0] = 0.0  # one live hypothesis at first: the others would only duplicate it
+    history = torch.zeros((batch * k, 0), dtype=torch.long, device=device)  # (R, t)
+    maps: Tensor | None = None  # (R, t, L, h, S)
+    prev = torch.full((batch * k,), BOS, dtype=torch.long, device=device)
+    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    n_finished = torch.zeros(batch, dtype=torch.long, device=device)
+
+    for t in range(int(max_len.max())):
+        live = sentence.size(0)
+        row_min = min_len[sentence].repeat_interleave(k)
+        log_probs, weights, state = _next_log_probs(model, prev, state, history, row_min, cfg)
+        vocab = log_probs.size(1)
+        total = (scores.view(-1, 1) + log_probs).view(live, k * vocab)
+        top_scores, top = total.topk(min(2 * k, k * vocab), dim=1)  # (N, 2K), best first
+        rows = top // vocab + torch.arange(live, device=device).unsqueeze(1) * k  # (N, 2K)
+        tokens = top % vocab
+        is_eos = tokens == EOS
+        at_limit = t + 1 >= max_len[sentence]  # (N,)
+
+        # finish: EOS among the first K; at the length limit, all of the first K
+        finish = torch.zeros_like(is_eos)
+        finish[:, :k] = is_eos[:, :k] | at_limit.unsqueeze(1)
+        finish &= top_scores > NEG_INF
+        if bool(finish.any()):
+            which, rank = finish.nonzero(as_tuple=True)
+            n_finished.index_add_(0, sentence[which], torch.ones_like(which))
+            _set_aside(
+                finished, cfg, sentence[which], rows[which, rank], tokens[which, rank],
+                top_scores[which, rank], history, maps, weights if attention else None, src_lens,
+            )  # fmt: skip
+
+        done = at_limit | (n_finished[sentence] >= k)
+        if bool(done.all()):
+            break
+        # continue with the K best that did not end in EOS (there are at least K: each beam
+        # contributes at most one EOS to the 2K)
+        order = (is_eos.long() * (2 * k) + torch.arange(top.size(1), device=device)).argsort(1)
+        pick = order[:, :k]  # (N, K)
+        keep = (~done).nonzero().squeeze(1)
+        scores = top_scores.gather(1, pick)[keep]
+        parent = rows.gather(1, pick)[keep].view(-1)  # (R',) rows of this step
+        prev = tokens.gather(1, pick)[keep].view(-1)
+        sentence = sentence[keep]
+        state = state.reorder(parent)
+        history = torch.cat([history[parent], prev.unsqueeze(1)], dim=1)
+        if attention and weights is not None:
+            step_maps = weights.float()[parent].unsqueeze(1)
+            maps = step_maps if maps is None else torch.cat([maps[parent], step_maps], dim=1)
+
+    return [sorted(hyps, key=lambda h: -h.normalized)[: cfg.n_best] for hyps in finished]
+
+
+def _set_aside(
+    finished: list[list[Hypothesis]],
+    cfg: DecodeConfig,
+    sentences: Tensor,
+    rows: Tensor,
+    tokens: Tensor,
+    scores: Tensor,
+    history: Tensor,
+    maps: Tensor | None,
+    weights: Tensor | None,
+    src_lens: Tensor,
+) -> None:
+    """Record finished hypotheses (F of them): their sentence, the row they extend, last token."""
+    seqs = torch.cat([history[rows], tokens.unsqueeze(1)], dim=1).tolist()  # (F, t + 1)
+    attn = None
+    if weights is not None:
+        last = weights.float()[rows].unsqueeze(1)  # (F, 1, L, h, S)
+        attn = (last if maps is None else torch.cat([maps[rows], last], dim=1)).cpu()
+    lens = src_lens.tolist()
+    for f, (i, seq, score) in enumerate(zip(sentences.tolist(), seqs, scores.tolist())):
+        ended = seq[-1] == EOS
+        hyp_attn = None if attn is None else attn[f, ..., : lens[i]]
+        finished[i].append(
+            Hypothesis(seq[:-1] if ended else seq, score, cfg.normalize(score, len(seq)), ended,
+                       hyp_attn)
+        )  # fmt: skip
+
+
+def decode_all(
+    model: Seq2Seq,
+    src_ids: list[list[int]],
+    cfg: DecodeConfig,
+    device: torch.device,
+    attention: bool = False,
+) -> list[list[Hypothesis]]:
+    """Decode every source (ids ending in EOS) in length-sorted batches; n-best lists (best
+    first) in input order. `attention` keeps the attention maps of each hypothesis."""
     order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]))
-    results: list[Hypothesis | None] = [None] * len(src_ids)
+    results: list[list[Hypothesis]] = [[] for _ in src_ids]
     for start in range(0, len(order), cfg.batch_size):
         index = order[start : start + cfg.batch_size]
         batch = collate(index, src_ids, None).to(device)
         match cfg.strategy:
             case Strategy.greedy:
-                hyps = greedy(model, batch.src, batch.src_lens, cfg)
-        for i, hyp in zip(index, hyps):
-            results[i] = hyp
-    return results  # type: ignore[return-value]
+                nbest = [[h] for h in greedy(model, batch.src, batch.src_lens, cfg, attention)]
+            case Strategy.beam:
+                nbest = beam_search(model, batch.src, batch.src_lens, cfg, attention)
+            case Strategy.sample:
+                nbest = sample(model, batch.src, batch.src_lens, cfg, attention)
+        for i, hyps in zip(index, nbest):
+            results[i] = hyps
+    return results

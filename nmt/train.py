@@ -99,7 +99,8 @@ def validate(
     cfg: TrainRunConfig,
     device: torch.device,
 ) -> dict:
-    """Validation loss/perplexity (teacher forcing) and, optionally, greedy BLEU."""
+    """Validation loss/perplexity (teacher forcing) and, optionally, BLEU decoded with the run's
+    `decode` settings (greedy by default; `decode=beam` validates with beam search)."""
     model.eval()
     nll, tokens = 0.0, 0
     lens_src, lens_tgt = [len(s) for s in data.src], [len(t) for t in data.tgt]
@@ -113,7 +114,7 @@ def validate(
     if cfg.train.valid_bleu:
         with autocast(device, cfg.train.precision):
             hyps = decode_all(model, data.src, cfg.decode, device)
-        result["bleu"] = bleu(vocabs.tgt.decode([h.tokens for h in hyps]), references)
+        result["bleu"] = bleu(vocabs.tgt.decode([h[0].tokens for h in hyps]), references)
     model.train()
     return result
 
@@ -169,7 +170,9 @@ class Trainer:
         if len(self.train_data) == 0:
             raise NMTError("no training pairs left after length filtering (data.max_len)")
 
-        self.model = build_model(cfg.model, len(self.vocabs.src), len(self.vocabs.tgt))
+        self.model = build_model(
+            cfg.model, len(self.vocabs.src), len(self.vocabs.tgt), self.vocabs.joint
+        )
         self.model.to(self.device)
         opt = torch.optim.AdamW if cfg.train.optimizer == Optimizer.adamw else torch.optim.Adam
         self.optimizer = opt(

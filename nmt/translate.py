@@ -17,7 +17,7 @@ from typing import TextIO
 import torch
 from torch import Tensor
 
-from nmt.attention_map import format_attention, save_heatmap
+from nmt.attention_map import format_attention, save_heatmap, select_map
 from nmt.checkpoint import load_checkpoint, restore_model
 from nmt.config import DecodeConfig, TranslateRunConfig
 from nmt.data import clean
@@ -36,8 +36,14 @@ class Translation:
     text: str  # detokenized, on one line
     src_pieces: list[str]  # EOS included, to label attention columns
     tgt_pieces: list[str]  # EOS included when produced, to label attention rows
-    attention: Tensor | None  # (len(tgt_pieces), len(src_pieces))
-    score: float
+    maps: Tensor | None  # attention maps (len(tgt_pieces), L, h, len(src_pieces))
+    score: float  # log-probability
+    nbest: list[tuple[str, float]]  # every hypothesis kept, best first: (text, normalised score)
+
+    def attention(self, layer: int | None = -1, head: int | None = None) -> Tensor | None:
+        """(len(tgt_pieces), len(src_pieces)): one layer's map (None: the mean of the layers),
+        one head or the mean of the heads; see `select_map`."""
+        return None if self.maps is None else select_map(self.maps, layer, head)
 
 
 class Translator:
@@ -58,32 +64,48 @@ class Translator:
         return cls(restore_model(ckpt, dev), ckpt.vocabs, decode or ckpt.config.decode, dev)
 
     def translate(self, sentences: list[str]) -> list[str]:
-        return [t.text for t in self.translate_full(sentences)]
+        return [t.text for t in self.translate_full(sentences, attention=False)]
 
-    def translate_full(self, sentences: list[str]) -> list[Translation]:
+    def translate_full(self, sentences: list[str], attention: bool = True) -> list[Translation]:
+        """The best translation of each sentence with its n-best list and (when `attention`) its
+        attention maps. Blank sentences give blank translations."""
         cleaned = [clean(s) for s in sentences]
         todo = [i for i, s in enumerate(cleaned) if s]  # blank lines are not sent to the model
         src_ids = [ids + [EOS] for ids in self.vocabs.src.encode([cleaned[i] for i in todo])]
-        hyps = decode_all(self.model, src_ids, self.decode, self.device)
-        texts = self.vocabs.tgt.decode([h.tokens for h in hyps]) if hyps else []
-        out = [Translation(s, "", [], [], None, 0.0) for s in sentences]
-        for i, ids, hyp, text in zip(todo, src_ids, hyps, texts):
-            tgt_ids = hyp.tokens + [EOS] if hyp.ended else hyp.tokens
+        nbests = decode_all(self.model, src_ids, self.decode, self.device, attention)
+        flat = [h.tokens for hyps in nbests for h in hyps]
+        # byte pieces could decode to a newline: clean() keeps every text on one line
+        texts = iter([clean(t) for t in self.vocabs.tgt.decode(flat)] if flat else [])
+        out = [Translation(s, "", [], [], None, 0.0, [("", 0.0)]) for s in sentences]
+        for i, ids, hyps in zip(todo, src_ids, nbests):
+            nbest = [(next(texts), h.normalized) for h in hyps]
+            best = hyps[0]
             out[i] = Translation(
                 source=sentences[i],
-                text=clean(text),  # byte pieces could decode to a newline; one line out per line in
+                text=nbest[0][0],
                 src_pieces=self.vocabs.src.id_to_piece(ids),
-                tgt_pieces=self.vocabs.tgt.id_to_piece(tgt_ids),
-                attention=hyp.attention,
-                score=hyp.score,
+                tgt_pieces=self.vocabs.tgt.id_to_piece(best.tokens + [EOS] * best.ended),
+                maps=best.attention,
+                score=best.score,
+                nbest=nbest,
             )
         return out
 
-    def translate_stream(self, lines: Iterable[str]) -> Iterator[str]:
-        """Translate an unbounded stream chunk by chunk, keeping the order; yields one line each."""
+    def translate_stream(self, lines: Iterable[str], nbest_tsv: bool = False) -> Iterator[str]:
+        """Translate an unbounded stream chunk by chunk, keeping the order. Yields one line per
+        input line, or with `nbest_tsv` one `line<TAB>rank<TAB>score<TAB>text` row per hypothesis
+        (line and rank from 1; a blank input line gives one row with an empty text)."""
         it = iter(lines)
+        first = 1
         while chunk := list(islice(it, CHUNK_LINES)):
-            yield from self.translate([line.rstrip("\n") for line in chunk])
+            chunk = [line.rstrip("\n") for line in chunk]
+            if not nbest_tsv:
+                yield from self.translate(chunk)
+            else:
+                for n, result in enumerate(self.translate_full(chunk, attention=False), first):
+                    for rank, (text, score) in enumerate(result.nbest, 1):
+                        yield f"{n}\t{rank}\t{score:.4f}\t{text}"
+            first += len(chunk)
 
 
 def _open_text(path: str | None, mode: str, fallback: TextIO) -> TextIO:
@@ -100,7 +122,7 @@ def _open_text(path: str | None, mode: str, fallback: TextIO) -> TextIO:
     )
 
 
-def repl(translator: Translator, show_attention: bool, attention_png: str | None) -> None:
+def repl(translator: Translator, cfg: TranslateRunConfig) -> None:
     print("Type a sentence and press Enter; Ctrl-D quits.", file=sys.stderr)
     while True:
         try:
@@ -115,26 +137,28 @@ def repl(translator: Translator, show_attention: bool, attention_png: str | None
             continue
         result = translator.translate_full([line])[0]
         print(result.text, flush=True)
-        if result.attention is None:
+        if len(result.nbest) > 1:
+            for rank, (text, score) in enumerate(result.nbest, 1):
+                print(f"  {rank:>2}  {score:8.4f}  {text}")
+        weights = result.attention(cfg.attention_layer, cfg.attention_head)
+        if weights is None:
             continue
-        if show_attention:
-            print(format_attention(result.src_pieces, result.tgt_pieces, result.attention))
-        if attention_png:
-            save_heatmap(
-                result.src_pieces, result.tgt_pieces, result.attention, attention_png, line
-            )
-            print(f"(attention map written to {attention_png})", file=sys.stderr)
+        if cfg.show_attention:
+            print(format_attention(result.src_pieces, result.tgt_pieces, weights))
+        if cfg.attention_png:
+            save_heatmap(result.src_pieces, result.tgt_pieces, weights, cfg.attention_png, line)
+            print(f"(attention map written to {cfg.attention_png})", file=sys.stderr)
 
 
 def translate_main(cfg: TranslateRunConfig) -> None:
     translator = Translator.from_checkpoint(cfg.ckpt, cfg.decode, cfg.device)
     if cfg.input is None and cfg.output is None and sys.stdin.isatty():
-        repl(translator, cfg.show_attention, cfg.attention_png)
+        repl(translator, cfg)
         return
     source = _open_text(cfg.input, "r", sys.stdin)
     sink = _open_text(cfg.output, "w", sys.stdout)
     try:
-        for text in translator.translate_stream(source):
+        for text in translator.translate_stream(source, cfg.nbest_tsv):
             sink.write(text + "\n")
         sink.flush()
     finally:

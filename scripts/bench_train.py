@@ -11,6 +11,7 @@ warm-up window, and reports the median and every window. Validation is not inclu
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import platform
 import statistics
@@ -50,10 +51,8 @@ def main() -> None:
             {
                 "benchmark": "train_tokens_per_s",
                 "model": cfg.model.name,
-                "attention": cfg.model.attention.value,
-                "decoder": cfg.model.decoder.value,
-                "emb_size": cfg.model.emb_size,
-                "hidden_size": cfg.model.hidden_size,
+                "model_config": dataclasses.asdict(cfg.model),
+                "parameters": sum(p.numel() for p in trainer.model.parameters()),
                 "data": cfg.data.name,
                 "batch_tokens": cfg.train.batch_tokens,
                 "steps_per_window": args.steps,

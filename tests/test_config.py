@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from nmt import cli
-from nmt.config import RNNConfig, TrainRunConfig
+from nmt.config import DecodeConfig, RNNConfig, TrainRunConfig, TransformerConfig
 from nmt.models import build_model
 
 CONFIGS = cli.config_dir()
@@ -22,16 +22,17 @@ def test_every_model_and_data_config_composes_and_builds(model, data):
     overrides += ["data.src_lang=de", "data.tgt_lang=en"]  # data=files leaves them to the user
     cfg = cli._compose("train", overrides, None)
     assert isinstance(cfg, TrainRunConfig)
-    assert isinstance(cfg.model, RNNConfig) and cfg.model.name == model
+    family = TransformerConfig if model.startswith("transformer") else RNNConfig
+    assert isinstance(cfg.model, family) and cfg.model.name == model
     assert cfg.data.name == data
-    built = build_model(cfg.model, 300, 300)
+    built = build_model(cfg.model, 300, 300, shared_vocab=True)
     assert sum(p.numel() for p in built.parameters()) > 0
 
 
 @pytest.mark.parametrize("experiment", names("experiment"))
 def test_every_experiment_composes_and_builds(experiment):
     cfg = cli._compose("train", [f"experiment={experiment}"], None)
-    build_model(cfg.model, 300, 300)
+    build_model(cfg.model, 300, 300, shared_vocab=True)
     # the experiment file's first comment line is the command that runs it
     lines = (CONFIGS / "experiment" / f"{experiment}.yaml").read_text().splitlines()
     assert lines[0] == "# @package _global_" and lines[1].startswith("# ")
@@ -111,3 +112,24 @@ def test_configs_ship_in_the_wheel():
     """pyproject maps configs/ into the wheel as nmt/configs, where config_dir() looks first."""
     text = (Path(cli.__file__).parents[1] / "pyproject.toml").read_text()
     assert '"configs" = "nmt/configs"' in text
+
+
+@pytest.mark.parametrize("decode", names("decode"))
+def test_every_decode_config_composes_for_every_entry_point(decode):
+    for entry, extra in (("train", []), ("evaluate", ["ckpt=x"]), ("translate", ["ckpt=x"])):
+        cfg = cli._compose(entry, [f"decode={decode}", *extra], None)
+        assert isinstance(cfg.decode, DecodeConfig) and cfg.decode.strategy.value == decode
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("decode.n_best=3", "needs decode=beam or decode=sample"),
+        ("decode.strategy=beams", "beam"),
+        ("decode.length_penalty=gnm", "gnmt"),
+        ("decode.top_p=0", "top_p"),
+    ],
+)
+def test_bad_decode_options_fail_at_composition(override, message, capsys):
+    assert cli.translate(["ckpt=x", "decode=greedy", override]) == cli.EXIT_USAGE
+    assert message in capsys.readouterr().err

@@ -152,7 +152,8 @@ def test_translator_api_matches_the_cli(trained):
     texts = translator.translate(["Ich sehe einundzwanzig rote Äpfel.", ""])
     assert texts == ["I see twenty-one red apples.", ""]
     full = translator.translate_full(["Er zählt zwölf Katzen."])[0]
-    assert full.attention.shape == (len(full.tgt_pieces), len(full.src_pieces))
+    assert full.attention().shape == (len(full.tgt_pieces), len(full.src_pieces))
+    assert full.maps.shape == (len(full.tgt_pieces), 1, 1, len(full.src_pieces))
 
 
 def test_bad_checkpoints_are_one_line_errors(tmp_path, trained):
@@ -176,10 +177,8 @@ def test_evaluate_on_a_pair_of_files(trained, demo_dir, tmp_path, capsys):
     assert scores["sentences"] == 100 and scores["bleu"] > 40
 
 
-def test_interactive_prompt_shows_translation_and_attention(trained, tmp_path, monkeypatch, capsys):
-    from nmt.translate import Translator, repl
-
-    typed = iter(["Ich sehe einundzwanzig rote Äpfel.", "   "])
+def type_into_repl(monkeypatch, lines: list[str]) -> None:
+    typed = iter(lines)
 
     def fake_input(prompt: str) -> str:
         try:
@@ -188,9 +187,17 @@ def test_interactive_prompt_shows_translation_and_attention(trained, tmp_path, m
             raise EOFError from None
 
     monkeypatch.setattr("builtins.input", fake_input)
-    translator = Translator.from_checkpoint(trained / "checkpoints" / "best", device="cpu")
+
+
+def test_interactive_prompt_shows_translation_and_attention(trained, tmp_path, monkeypatch, capsys):
+    from nmt.config import TranslateRunConfig
+    from nmt.translate import Translator, repl
+
+    type_into_repl(monkeypatch, ["Ich sehe einundzwanzig rote Äpfel.", "   "])
+    ckpt = trained / "checkpoints" / "best"
+    translator = Translator.from_checkpoint(ckpt, device="cpu")
     png = tmp_path / "attn.png"
-    repl(translator, show_attention=True, attention_png=str(png))
+    repl(translator, TranslateRunConfig(str(ckpt), show_attention=True, attention_png=str(png)))
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "I see twenty-one red apples."
     assert "▁I" in out[1]  # header row of source pieces, then one row per target piece
@@ -198,3 +205,50 @@ def test_interactive_prompt_shows_translation_and_attention(trained, tmp_path, m
         translator.translate_full(["Ich sehe einundzwanzig rote Äpfel."])[0].tgt_pieces
     )
     assert png.stat().st_size > 1000
+
+
+def test_interactive_prompt_lists_the_n_best_with_scores(trained, monkeypatch, capsys):
+    from nmt.config import DecodeConfig, Strategy, TranslateRunConfig
+    from nmt.translate import Translator, repl
+
+    type_into_repl(monkeypatch, ["Er zählt zwölf Katzen."])
+    ckpt = trained / "checkpoints" / "best"
+    decode = DecodeConfig(strategy=Strategy.beam, beam_size=4, n_best=3)
+    repl(Translator.from_checkpoint(ckpt, decode, "cpu"), TranslateRunConfig(str(ckpt)))
+    best, *ranked = capsys.readouterr().out.splitlines()
+    assert len(ranked) == 3
+    assert ranked[0].split(maxsplit=2)[2] == best == "He counts twelve cats."
+    scores = [float(line.split()[1]) for line in ranked]
+    assert [int(line.split()[0]) for line in ranked] == [1, 2, 3]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_nbest_tsv_gives_every_hypothesis_with_its_line_number(trained):
+    from nmt.config import DecodeConfig, Strategy
+    from nmt.translate import Translator
+
+    decode = DecodeConfig(strategy=Strategy.beam, beam_size=3, n_best=2)
+    translator = Translator.from_checkpoint(trained / "checkpoints" / "best", decode, "cpu")
+    lines = ["Er zählt zwölf Katzen.", "", "Ich sehe einundzwanzig rote Äpfel."]
+    rows = [row.split("\t") for row in translator.translate_stream(lines, nbest_tsv=True)]
+    assert [(r[0], r[1]) for r in rows] == [
+        ("1", "1"),
+        ("1", "2"),
+        ("2", "1"),
+        ("3", "1"),
+        ("3", "2"),
+    ]
+    assert rows[0][3] == "He counts twelve cats." and rows[2][3] == ""
+    assert rows[3][3] == "I see twenty-one red apples."
+
+
+def test_evaluate_with_sampling_and_greedy_runs_end_to_end(trained, tmp_path, capsys):
+    ckpt = trained / "checkpoints" / "best"
+    strategies = ("greedy", "sample", "beam")
+    for name in strategies:
+        assert cli.evaluate([f"ckpt={ckpt}", f"decode={name}", f"out_dir={tmp_path / name}"]) == 0
+    scores = {
+        name: json.loads((tmp_path / name / "test.scores.json").read_text())["bleu"]
+        for name in strategies
+    }
+    assert scores["beam"] > 40 and scores["greedy"] > 40 and scores["sample"] > 0, scores

@@ -94,7 +94,8 @@ class RNNState:
 class RNNDecoder(nn.Module):
     """What both decoder styles share: embeddings, bridge, attention, output projection.
 
-    Subclasses implement `run(emb, state) -> (outputs (B, T, H), weights (B, T, S) | None, state)`,
+    Subclasses implement `run(emb, state) -> (outputs (B, T, H), weights (B, T, 1, h, S) | None,
+    state)`,
     where outputs are the vectors fed to the vocabulary projection. `step` and `forward` both go
     through `run`, and the projection to V (the most expensive layer) is applied once per call.
     """
@@ -129,23 +130,23 @@ class RNNDecoder(nn.Module):
         return RNNState(hidden, encoded.src_mask, prepared, None)
 
     def attend(self, query: Tensor, state: RNNState) -> tuple[Tensor, Tensor | None]:
-        """query (B, T, H) -> context (B, T, H), weights averaged over heads (B, T, S)."""
+        """query (B, T, H) -> context (B, T, H), weights (B, T, 1, h, S): one attention layer."""
         if self.attention is None:
             # the no-attention baseline: the decoder sees the source only through the bridge
             return query.new_zeros(query.shape), None
         context, weights = self.attention(query, state.prepared, state.src_mask)
-        return context, weights.mean(dim=1)
+        return context, weights.transpose(1, 2).unsqueeze(2)
 
     def run(self, emb: Tensor, state: RNNState) -> tuple[Tensor, Tensor | None, RNNState]:
         raise NotImplementedError
 
     def step(self, prev: Tensor, state: RNNState) -> tuple[Tensor, Tensor | None, RNNState]:
-        """prev (B,) -> logits (B, V), attention (B, S) or None, new state."""
+        """prev (B,) -> logits (B, V), attention (B, 1, h, S) or None, new state."""
         outputs, weights, state = self.run(self.dropout(self.embed(prev.unsqueeze(1))), state)
         return self.out(outputs).squeeze(1), None if weights is None else weights.squeeze(1), state
 
     def forward(self, tgt_in: Tensor, state: RNNState) -> tuple[Tensor, Tensor | None]:
-        """Teacher forcing: tgt_in (B, T) -> logits (B, T, V), attention (B, T, S) or None."""
+        """Teacher forcing: tgt_in (B, T) -> logits (B, T, V), attention (B, T, 1, h, S) or None."""
         outputs, weights, _ = self.run(self.dropout(self.embed(tgt_in)), state)
         return self.out(outputs), weights
 

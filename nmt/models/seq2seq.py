@@ -2,8 +2,10 @@
 
 A decoder offers `init_state(encoder_output) -> state`, `step(prev_tokens, state) -> (logits,
 attention, state)` and `forward(tgt_in, state) -> (logits, attention)` (teacher forcing); its state
-offers `reorder(index)`. Search code (nmt/search.py) only talks to `Seq2Seq`, so it never asks
-which family it runs.
+offers `reorder(index)`. Attention comes as maps (B, L, h, S) per step: L attention layers (1 for
+the recurrent family), h heads (1 unless multi-head), so a Bahdanau scorer and a Transformer head
+can be shown the same way; teacher forcing may return None where computing them would cost speed.
+Search code (nmt/search.py) only talks to `Seq2Seq`, so it never asks which family it runs.
 """
 
 from __future__ import annotations
@@ -45,11 +47,11 @@ class Seq2Seq(nn.Module):
     def decode_step(
         self, prev: Tensor, state: DecoderState
     ) -> tuple[Tensor, Tensor | None, DecoderState]:
-        """prev (B,) last tokens -> logits (B, V), attention (B, S) or None, new state."""
+        """prev (B,) last tokens -> logits (B, V), attention (B, L, h, S) or None, new state."""
         return self.decoder.step(prev, state)
 
     def forward(
         self, src: Tensor, src_lens: Tensor, tgt_in: Tensor
     ) -> tuple[Tensor, Tensor | None]:
-        """Teacher forcing: tgt_in (B, T) -> logits (B, T, V), attention (B, T, S) or None."""
+        """Teacher forcing: tgt_in (B, T) -> logits (B, T, V), attention (B, T, L, h, S) or None."""
         return self.decoder(tgt_in, self.init_state(self.encode(src, src_lens)))

@@ -1,0 +1,331 @@
+"""The Transformer family (Vaswani et al. 2017), written on `F.scaled_dot_product_attention`.
+
+Shapes: B batch, S source length, T target length, d model size, h heads, k = d / h per head,
+L decoder layers, V target vocabulary.
+
+Training runs the decoder over the whole target at once (causal self-attention, fused kernels,
+no attention weights materialised). Decoding runs `step`, which computes only the newest position:
+every layer's self-attention keys/values of earlier positions live in the state (the KV cache),
+and the cross-attention keys/values of the source are projected once per sentence in
+`init_state`. A step returns the cross-attention weights of every layer and head, (B, L, h, S).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from nmt.config import Activation, Norm, Positions, TransformerConfig
+from nmt.errors import NMTError
+from nmt.models.seq2seq import EncoderOutput
+from nmt.tokenizer import PAD
+
+
+def sinusoids(length: int, d: int, offset: int = 0) -> Tensor:
+    """(length, d) sinusoidal encodings of positions offset .. offset+length-1."""
+    position = torch.arange(offset, offset + length, dtype=torch.float).unsqueeze(1)
+    rate = torch.exp(torch.arange(0, d, 2, dtype=torch.float) * (-math.log(10000.0) / d))
+    table = torch.zeros(length, d)
+    table[:, 0::2] = torch.sin(position * rate)
+    table[:, 1::2] = torch.cos(position * rate[: d // 2])
+    return table
+
+
+class Embedding(nn.Module):
+    """Token embedding (scaled by sqrt(d)) plus positions, then dropout."""
+
+    def __init__(self, cfg: TransformerConfig, table: nn.Embedding) -> None:
+        super().__init__()
+        self.table = table
+        self.scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.learned = (
+            nn.Embedding(cfg.max_positions, cfg.d_model)
+            if cfg.positions == Positions.learned
+            else None
+        )
+        # sinusoids are cached up to max_positions and computed on the fly beyond, so any length
+        # works; a buffer that is not saved keeps checkpoints independent of this cache
+        self.register_buffer("fixed", sinusoids(cfg.max_positions, cfg.d_model), persistent=False)
+
+    def positions(self, length: int, offset: int) -> Tensor:
+        """(length, d) encodings for positions offset .. offset+length-1."""
+        if self.learned is not None:
+            # a learned table has no row past max_positions: longer inputs reuse the last row
+            # rather than fail, so translation never drops a line
+            index = torch.arange(offset, offset + length, device=self.learned.weight.device)
+            return self.learned(index.clamp(max=self.learned.num_embeddings - 1))
+        if offset + length <= self.fixed.size(0):
+            return self.fixed[offset : offset + length]
+        return sinusoids(length, self.fixed.size(1), offset).to(self.fixed.device)
+
+    def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
+        """tokens (B, T) -> (B, T, d); offset = position of the first token."""
+        x = self.table(tokens) * self.scale
+        return self.dropout(x + self.positions(tokens.size(1), offset).to(x.dtype))
+
+
+class MultiHeadAttention(nn.Module):
+    """Scaled dot-product attention over h heads; keys/values are projected by `project_kv`.
+
+    Self-attention projects its own input; cross-attention projects the encoder memory once and
+    reuses it for every decoding step.
+    """
+
+    def __init__(self, d: int, heads: int, dropout: float) -> None:
+        super().__init__()
+        self.heads = heads
+        self.dropout = dropout
+        self.q = nn.Linear(d, d)
+        self.kv = nn.Linear(d, 2 * d)
+        self.out = nn.Linear(d, d)
+
+    def split(self, x: Tensor) -> Tensor:
+        """(B, T, d) -> (B, h, T, k)."""
+        return x.unflatten(-1, (self.heads, -1)).transpose(1, 2)
+
+    def project_kv(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """(B, S, d) -> keys, values (B, h, S, k)."""
+        k, v = self.kv(x).chunk(2, dim=-1)
+        return self.split(k), self.split(v)
+
+    def forward(
+        self,
+        x: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        mask: Tensor | None = None,
+        causal: bool = False,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """x (B, T, d) queries; keys/values (B, h, S, k); mask broadcastable to (B, h, T, S),
+        True where attention is allowed -> output (B, T, d), weights (B, h, T, S) or None."""
+        q = self.split(self.q(x))
+        p = self.dropout if self.training else 0.0
+        if need_weights:
+            # the weights are wanted (decoding, attention maps): compute them explicitly
+            energies = q @ keys.transpose(-2, -1) / math.sqrt(q.size(-1))
+            if mask is not None:
+                energies = energies.masked_fill(~mask, float("-inf"))
+            weights = torch.softmax(energies.float(), dim=-1).type_as(q)
+            context = F.dropout(weights, p, self.training) @ values
+        else:
+            # fused kernels (flash / memory-efficient on GPU) never materialise the weights
+            context = F.scaled_dot_product_attention(
+                q, keys, values, attn_mask=mask, dropout_p=p, is_causal=causal
+            )
+            weights = None
+        return self.out(context.transpose(1, 2).flatten(2)), weights
+
+
+class FeedForward(nn.Sequential):
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__(
+            nn.Linear(cfg.d_model, cfg.ff_size),
+            nn.GELU() if cfg.activation == Activation.gelu else nn.ReLU(),
+            nn.Dropout(cfg.activation_dropout),
+            nn.Linear(cfg.ff_size, cfg.d_model),
+        )
+
+
+class Sublayer(nn.Module):
+    """Residual wrapper: pre-norm x + f(LN(x)), or post-norm LN(x + f(x)), dropout on f."""
+
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.pre = cfg.norm == Norm.pre
+        self.norm = nn.LayerNorm(cfg.d_model)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def input(self, x: Tensor) -> Tensor:
+        return self.norm(x) if self.pre else x
+
+    def output(self, x: Tensor, y: Tensor) -> Tensor:
+        """x the sublayer input, y what the sublayer computed from `input(x)`."""
+        x = x + self.dropout(y)
+        return x if self.pre else self.norm(x)
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.attention = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout)
+        self.feed_forward = FeedForward(cfg)
+        self.sub_attention, self.sub_ff = Sublayer(cfg), Sublayer(cfg)
+
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
+        """x (B, S, d), mask (B, 1, 1, S) -> (B, S, d)."""
+        y = self.sub_attention.input(x)
+        x = self.sub_attention.output(x, self.attention(y, *self.attention.project_kv(y), mask)[0])
+        return self.sub_ff.output(x, self.feed_forward(self.sub_ff.input(x)))
+
+
+class TransformerEncoder(nn.Module):
+    def __init__(self, cfg: TransformerConfig, table: nn.Embedding) -> None:
+        super().__init__()
+        self.embed = Embedding(cfg, table)
+        self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
+        # pre-norm leaves the residual stream unnormalised: normalise the memory once
+        self.norm = nn.LayerNorm(cfg.d_model) if cfg.norm == Norm.pre else nn.Identity()
+
+    def forward(self, src: Tensor, src_lens: Tensor) -> EncoderOutput:
+        """src (B, S), src_lens (B,) -> memory (B, S, d); no final summary vector."""
+        src_mask = src != PAD
+        mask = src_mask[:, None, None, :]
+        x = self.embed(src)
+        for layer in self.layers:
+            x = layer(x, mask)
+        return EncoderOutput(self.norm(x), src_mask, None)
+
+
+@dataclass
+class TransformerState:
+    """Per-layer caches. self_keys/values (B, h, t, k) for the t positions decoded so far;
+    cross_keys/values (B, h, S, k) projected from the memory once; position t of the next token."""
+
+    self_keys: list[Tensor | None]
+    self_values: list[Tensor | None]
+    cross_keys: list[Tensor]
+    cross_values: list[Tensor]
+    src_mask: Tensor  # (B, S)
+    position: int
+
+    def reorder(self, index: Tensor) -> TransformerState:
+        def pick(items: list) -> list:
+            return [None if x is None else x.index_select(0, index) for x in items]
+
+        return TransformerState(
+            pick(self.self_keys),
+            pick(self.self_values),
+            pick(self.cross_keys),
+            pick(self.cross_values),
+            self.src_mask.index_select(0, index),
+            self.position,
+        )
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.self_attention = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout)
+        self.cross_attention = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout)
+        self.feed_forward = FeedForward(cfg)
+        self.sub_self, self.sub_cross, self.sub_ff = Sublayer(cfg), Sublayer(cfg), Sublayer(cfg)
+
+    def forward(
+        self,
+        x: Tensor,
+        self_kv: tuple[Tensor, Tensor] | None,
+        cross_kv: tuple[Tensor, Tensor],
+        src_mask: Tensor,
+        need_weights: bool,
+    ) -> tuple[Tensor, tuple[Tensor, Tensor], Tensor | None]:
+        """x (B, T, d) new positions; self_kv the cached (B, h, t, k) pair or None (teacher
+        forcing: no cache, causal mask) -> x, the extended cache, cross weights (B, h, T, S)."""
+        y = self.sub_self.input(x)
+        keys, values = self.self_attention.project_kv(y)
+        if self_kv is not None:
+            keys, values = torch.cat([self_kv[0], keys], dim=2), torch.cat([self_kv[1], values], 2)
+        # one new position may see every cached one; a whole target needs the causal mask
+        causal = self_kv is None and x.size(1) > 1
+        x = self.sub_self.output(x, self.self_attention(y, keys, values, causal=causal)[0])
+        y, weights = self.cross_attention(
+            self.sub_cross.input(x),
+            *cross_kv,
+            src_mask[:, None, None, :],
+            need_weights=need_weights,
+        )
+        x = self.sub_cross.output(x, y)
+        x = self.sub_ff.output(x, self.feed_forward(self.sub_ff.input(x)))
+        return x, (keys, values), weights
+
+
+class TransformerDecoder(nn.Module):
+    def __init__(self, cfg: TransformerConfig, table: nn.Embedding, vocab_size: int) -> None:
+        super().__init__()
+        self.embed = Embedding(cfg, table)
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
+        self.norm = nn.LayerNorm(cfg.d_model) if cfg.norm == Norm.pre else nn.Identity()
+        self.out = nn.Linear(cfg.d_model, vocab_size)
+        if cfg.tie_output:
+            self.out.weight = table.weight
+
+    def init_state(self, encoded: EncoderOutput) -> TransformerState:
+        cross = [layer.cross_attention.project_kv(encoded.memory) for layer in self.layers]
+        empty: list[Tensor | None] = [None] * len(self.layers)
+        return TransformerState(
+            list(empty), list(empty), [k for k, _ in cross], [v for _, v in cross],
+            encoded.src_mask, 0,
+        )  # fmt: skip
+
+    def step(
+        self, prev: Tensor, state: TransformerState
+    ) -> tuple[Tensor, Tensor, TransformerState]:
+        """prev (B,) -> logits (B, V), cross-attention (B, L, h, S), the state one position on."""
+        x = self.embed(prev.unsqueeze(1), offset=state.position)  # (B, 1, d)
+        keys, values, maps = [], [], []
+        for i, layer in enumerate(self.layers):
+            cached = None
+            if state.self_keys[i] is not None:
+                cached = (state.self_keys[i], state.self_values[i])
+            x, (k, v), w = layer(
+                x, cached, (state.cross_keys[i], state.cross_values[i]), state.src_mask, True
+            )
+            keys.append(k)
+            values.append(v)
+            maps.append(w)
+        logits = self.out(self.norm(x)).squeeze(1)
+        new = TransformerState(
+            keys, values, state.cross_keys, state.cross_values, state.src_mask, state.position + 1
+        )
+        return logits, torch.stack(maps, dim=1).squeeze(3), new  # maps: L x (B, h, 1, S)
+
+    def forward(self, tgt_in: Tensor, state: TransformerState) -> tuple[Tensor, None]:
+        """Teacher forcing: tgt_in (B, T) -> logits (B, T, V). No attention weights are kept, so
+        training uses the fused kernels; decode step by step to see them."""
+        x = self.embed(tgt_in)
+        for i, layer in enumerate(self.layers):
+            x, _, _ = layer(
+                x, None, (state.cross_keys[i], state.cross_values[i]), state.src_mask, False
+            )
+        return self.out(self.norm(x)), None
+
+
+def _init(module: nn.Module, d_model: int) -> None:
+    """Xavier-uniform linear layers; token embeddings N(0, d^-1/2), so that scaled by sqrt(d) they
+    have unit variance. Embeddings come last, so a tied output weight keeps their initialisation."""
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.xavier_uniform_(m.weight)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+    for m in module.modules():
+        if isinstance(m, nn.Embedding) and m.padding_idx == PAD:
+            nn.init.normal_(m.weight, mean=0.0, std=d_model**-0.5)
+            with torch.no_grad():
+                m.weight[PAD].zero_()
+
+
+def build_transformer(
+    cfg: TransformerConfig, src_vocab_size: int, tgt_vocab_size: int, shared_vocab: bool
+) -> tuple[TransformerEncoder, TransformerDecoder]:
+    tgt_table = nn.Embedding(tgt_vocab_size, cfg.d_model, padding_idx=PAD)
+    if cfg.share_embeddings:
+        if not shared_vocab:
+            raise NMTError(
+                "model.share_embeddings=true needs a joint vocabulary "
+                "(data.tokenizer.joint=true); or set model.share_embeddings=false"
+            )
+        src_table = tgt_table
+    else:
+        src_table = nn.Embedding(src_vocab_size, cfg.d_model, padding_idx=PAD)
+    encoder = TransformerEncoder(cfg, src_table)
+    decoder = TransformerDecoder(cfg, tgt_table, tgt_vocab_size)
+    # a shared table is initialised once per owner, the same way each time
+    _init(encoder, cfg.d_model)
+    _init(decoder, cfg.d_model)
+    return encoder, decoder

@@ -1,0 +1,285 @@
+"""Search strategies: beam 1 = greedy, known beams on a hand-built model, length penalty, n-best,
+batch-size independence, constraints and reproducible sampling, for both model families."""
+
+from dataclasses import dataclass, replace
+
+import pytest
+import torch
+
+from nmt.config import DecodeConfig, LengthPenalty, RNNConfig, Strategy, TransformerConfig
+from nmt.data import collate
+from nmt.models import build_model
+from nmt.models.seq2seq import EncoderOutput
+from nmt.search import beam_search, constrain, decode_all, greedy, sample
+from nmt.tokenizer import BOS, EOS
+
+V = 23
+CPU = torch.device("cpu")
+
+FAMILIES = {
+    "gru-bahdanau": RNNConfig(emb_size=12, hidden_size=12, dropout=0.2),
+    "lstm-luong-multihead": RNNConfig(
+        emb_size=12, hidden_size=12, dropout=0.2, cell="lstm", decoder="luong",
+        attention="multihead", heads=3, decoder_layers=2,
+    ),
+    "transformer": TransformerConfig(
+        d_model=16, heads=4, ff_size=32, encoder_layers=2, decoder_layers=2, dropout=0.2
+    ),
+}  # fmt: skip
+
+
+def random_model(name: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return build_model(FAMILIES[name], V, V, shared_vocab=True).eval()
+
+
+def random_sources(seed: int, count: int, max_len: int = 12) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, max_len, (count,), generator=g).tolist()
+    return [torch.randint(4, V, (n,), generator=g).tolist() + [EOS] for n in lengths]
+
+
+def batch_of(sources: list[list[int]]):
+    return collate(list(range(len(sources))), sources, None)
+
+
+# ---- a hand-built model: next-token probabilities given by a table of prefixes ----
+
+A, B, C, D = 4, 5, 6, 7
+
+
+@dataclass
+class ToyState:
+    history: torch.Tensor  # (R, t) tokens fed so far, BOS first
+
+    def reorder(self, index):
+        return ToyState(self.history.index_select(0, index))
+
+
+class ToyModel:
+    """p(next | prefix) = table[prefix] (unlisted tokens: probability 0); a prefix not in the table
+    ends: EOS with probability 1. The source is ignored."""
+
+    def __init__(self, table: dict[tuple[int, ...], dict[int, float]], vocab: int = 8) -> None:
+        self.table, self.vocab = table, vocab
+
+    def encode(self, src, src_lens):
+        return EncoderOutput(src.unsqueeze(-1).float(), src != 0, None)
+
+    def init_state(self, encoded):
+        return ToyState(torch.zeros((encoded.memory.size(0), 0), dtype=torch.long))
+
+    def decode_step(self, prev, state):
+        history = torch.cat([state.history, prev.unsqueeze(1)], dim=1)
+        logits = torch.full((prev.size(0), self.vocab), float("-inf"))
+        for row, seq in enumerate(history.tolist()):
+            for token, p in self.table.get(tuple(seq[1:]), {EOS: 1.0}).items():
+                logits[row, token] = torch.tensor(p).log()
+        return logits, None, ToyState(history)
+
+
+# greedy takes A (.5) then B (.4) then EOS (.6): p = .12; the best sequence is B EOS (p = .36)
+TREE = {
+    (): {A: 0.5, B: 0.4, EOS: 0.1},
+    (A,): {B: 0.4, C: 0.35, EOS: 0.25},
+    (A, B): {EOS: 0.6, A: 0.4},
+    (A, C): {EOS: 1.0},
+    (B,): {EOS: 0.9, C: 0.1},
+}
+ONE_SOURCE = torch.tensor([[A, EOS]]), torch.tensor([2])
+
+
+def toy_decode(table, strategy=Strategy.beam, **options):
+    cfg = DecodeConfig(strategy=strategy, max_len_a=0.0, max_len_b=10, **options)
+    search = {Strategy.beam: beam_search, Strategy.sample: sample}[strategy]
+    return search(ToyModel(table), *ONE_SOURCE, cfg)[0]
+
+
+def test_beam_finds_the_known_best_where_greedy_does_not():
+    greedy_hyp = greedy(ToyModel(TREE), *ONE_SOURCE, DecodeConfig(max_len_a=0.0, max_len_b=10))[0]
+    assert greedy_hyp.tokens == [A, B] and greedy_hyp.score == pytest.approx(
+        torch.tensor(0.12).log()
+    )
+    nbest = toy_decode(TREE, beam_size=2, n_best=2)
+    # step 1 finishes B EOS; step 2 finishes A C EOS and A B EOS, and the sentence is done
+    assert [h.tokens for h in nbest] == [[B], [A, C]]
+    expected = [0.4 * 0.9, 0.5 * 0.35 * 1.0]
+    assert [h.score for h in nbest] == pytest.approx(torch.tensor(expected).log().tolist())
+    assert all(h.ended for h in nbest)
+
+
+def test_beam_of_one_on_the_toy_is_greedy():
+    (hyp,) = toy_decode(TREE, beam_size=1)
+    assert hyp.tokens == [A, B] and hyp.score == pytest.approx(torch.tensor(0.12).log())
+
+
+def test_length_penalty_changes_the_choice():
+    # the empty translation (p = .6) beats A B C (p = .4) on log-probability, not per token
+    table = {(): {A: 0.4, EOS: 0.6}, (A,): {B: 1.0}, (A, B): {C: 1.0}}
+    plain = toy_decode(table, beam_size=2, n_best=2)
+    assert [h.tokens for h in plain] == [[], [A, B, C]]
+    average = toy_decode(table, beam_size=2, n_best=2, length_penalty=LengthPenalty.average)
+    assert [h.tokens for h in average] == [[A, B, C], []]
+    assert average[0].normalized == pytest.approx(float(torch.tensor(0.4).log()) / 4)
+    gnmt = toy_decode(table, beam_size=2, length_penalty=LengthPenalty.gnmt, alpha=3.0)
+    assert gnmt[0].tokens == [A, B, C]  # ((5 + 4) / 6) ** 3 = 3.4 outweighs log(.6 / .4) ...
+    gnmt = toy_decode(table, beam_size=2, length_penalty=LengthPenalty.gnmt, alpha=0.5)
+    assert gnmt[0].tokens == []  # ... while 1.22 does not
+
+
+def test_length_limit_keeps_the_best_unfinished_hypotheses():
+    # never ends: at the limit of 4 pieces the beam's best are returned, marked unended
+    go_on = {A: 0.9, B: 0.1}
+    loop = {prefix: go_on for n in range(5) for prefix in _all_prefixes(n, (A, B))}
+    cfg = DecodeConfig(strategy=Strategy.beam, beam_size=3, n_best=3, max_len_a=0.0, max_len_b=4)
+    nbest = beam_search(ToyModel(loop), *ONE_SOURCE, cfg)[0]
+    assert len(nbest) == 3 and not any(h.ended for h in nbest)
+    assert all(len(h.tokens) == 4 for h in nbest)
+    assert nbest[0].tokens == [A] * 4
+    assert nbest[0].score == pytest.approx(4 * float(torch.tensor(0.9).log()))
+
+
+def _all_prefixes(n: int, tokens: tuple[int, ...]) -> list[tuple[int, ...]]:
+    if n == 0:
+        return [()]
+    return [p + (t,) for p in _all_prefixes(n - 1, tokens) for t in tokens]
+
+
+def test_min_length_blocks_an_early_end():
+    (hyp,) = toy_decode(TREE, beam_size=2, min_len_b=2)
+    assert len(hyp.tokens) >= 2 and hyp.tokens == [A, C]
+
+
+def test_no_repeat_ngram_blocks_a_repeat():
+    # after A comes B, after B comes A (p .9): without the constraint A B A B A B ...
+    table = {}
+    for n in range(12):
+        for prefix in {tuple([A, B] * 6)[:n]}:
+            table[prefix] = {B if n % 2 else A: 0.9, C: 0.05, EOS: 0.05}
+    free = greedy(ToyModel(table), *ONE_SOURCE, DecodeConfig(max_len_a=0.0, max_len_b=6))[0]
+    assert free.tokens == [A, B, A, B, A, B]
+    cfg = DecodeConfig(max_len_a=0.0, max_len_b=6, no_repeat_ngram=2)
+    blocked = greedy(ToyModel(table), *ONE_SOURCE, cfg)[0]
+    assert blocked.tokens[:3] == [A, B, A]  # (B, A) is new; a second (A, B) is not allowed
+    bigrams = list(zip(blocked.tokens, blocked.tokens[1:]))
+    assert len(bigrams) == len(set(bigrams))
+
+
+def test_constrain_bans_exactly_the_completing_tokens():
+    history = torch.tensor([[A, B, C, A, B], [A, A, A, A, A]])
+    out = constrain(torch.zeros(2, 8), history, torch.tensor([0, 9]), no_repeat_ngram=3)
+    banned = [(out[r] == float("-inf")).nonzero().squeeze(1).tolist() for r in range(2)]
+    assert banned == [[C], [EOS, A]]  # row 0: A B C exists; row 1: A A A exists, and too short
+
+
+def test_nbest_lists_are_sorted_and_distinct():
+    model = random_model("transformer")
+    sources = random_sources(3, 6)
+    cfg = DecodeConfig(strategy=Strategy.beam, beam_size=6, n_best=6, max_len_a=1.0, max_len_b=3)
+    for nbest in decode_all(model, sources, cfg, CPU):
+        assert len(nbest) == 6
+        keys = [h.normalized for h in nbest]
+        assert keys == sorted(keys, reverse=True)
+        assert len({tuple(h.tokens) + (h.ended,) for h in nbest}) == 6
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_beam_of_one_equals_greedy(family):
+    model = random_model(family)
+    sources = random_sources(1, 9)
+    base = DecodeConfig(max_len_a=1.0, max_len_b=4, batch_size=4)
+    greedy_out = decode_all(model, sources, base, CPU, attention=True)
+    beam_out = decode_all(
+        model, sources, replace(base, strategy=Strategy.beam, beam_size=1), CPU, attention=True
+    )
+    for [g], [b] in zip(greedy_out, beam_out):
+        assert (g.tokens, g.ended) == (b.tokens, b.ended)
+        assert g.score == pytest.approx(b.score, abs=1e-5)
+        torch.testing.assert_close(g.attention, b.attention)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("strategy", [Strategy.greedy, Strategy.beam])
+def test_output_does_not_depend_on_batch_size(family, strategy):
+    model = random_model(family)
+    sources = random_sources(5, 13)
+    cfg = DecodeConfig(strategy=strategy, beam_size=4, n_best=2 if strategy == Strategy.beam else 1,
+                       max_len_a=1.0, max_len_b=3)  # fmt: skip
+    results = {}
+    for size in (1, 5, 13):
+        results[size] = decode_all(model, sources, replace(cfg, batch_size=size), CPU, True)
+    for size in (5, 13):
+        for nbest, reference in zip(results[size], results[1]):
+            assert [h.tokens for h in nbest] == [h.tokens for h in reference]
+            for a, b in zip(nbest, reference):
+                assert a.score == pytest.approx(b.score, abs=1e-4)
+                torch.testing.assert_close(a.attention, b.attention, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_beam_scores_and_attention_match_stepping_through_the_hypothesis(family):
+    """What beam search reports for a hypothesis is what the model says about that sequence."""
+    model = random_model(family)
+    sources = random_sources(8, 5)
+    cfg = DecodeConfig(strategy=Strategy.beam, beam_size=4, n_best=3, max_len_a=1.0, max_len_b=3)
+    for source, nbest in zip(sources, decode_all(model, sources, cfg, CPU, attention=True)):
+        for hyp in nbest:
+            produced = hyp.tokens + [EOS] * hyp.ended
+            batch = batch_of([source])
+            with torch.no_grad():
+                state = model.init_state(model.encode(batch.src, batch.src_lens))
+                score, maps = 0.0, []
+                for prev, token in zip([BOS] + produced, produced):
+                    logits, weights, state = model.decode_step(torch.tensor([prev]), state)
+                    score += float(logits.log_softmax(-1)[0, token])
+                    maps.append(weights[0])
+            assert hyp.score == pytest.approx(score, abs=1e-4)
+            torch.testing.assert_close(hyp.attention, torch.stack(maps), atol=1e-5, rtol=1e-4)
+            layers = 2 if family == "transformer" else 1
+            heads = {"gru-bahdanau": 1, "lstm-luong-multihead": 3, "transformer": 4}[family]
+            assert hyp.attention.shape == (len(produced), layers, heads, len(source))
+
+
+def test_beam_search_improves_model_score_over_greedy():
+    model = random_model("gru-bahdanau")
+    sources = random_sources(11, 20)
+    base = DecodeConfig(max_len_a=1.0, max_len_b=3)
+    greedy_out = decode_all(model, sources, base, CPU)
+    beam_out = decode_all(model, sources, replace(base, strategy=Strategy.beam, beam_size=5), CPU)
+    pairs = [(g[0].score, b[0].score) for g, b in zip(greedy_out, beam_out)]
+    assert all(b >= g - 1e-5 for g, b in pairs)  # no length penalty: beam never does worse
+    assert any(b > g + 1e-3 for g, b in pairs)
+
+
+def test_sampling_with_a_seed_is_reproducible():
+    model = random_model("transformer")
+    sources = random_sources(2, 6)
+    cfg = DecodeConfig(strategy=Strategy.sample, n_best=3, max_len_a=1.0, max_len_b=3)
+    first = decode_all(model, sources, cfg, CPU)
+    again = decode_all(model, sources, cfg, CPU)
+    other = decode_all(model, sources, replace(cfg, seed=99), CPU)
+    tokens = lambda out: [[h.tokens for h in nbest] for nbest in out]
+    assert tokens(first) == tokens(again)
+    assert tokens(first) != tokens(other)
+    for nbest in first:
+        keys = [h.normalized for h in nbest]
+        assert keys == sorted(keys, reverse=True)
+
+
+@pytest.mark.parametrize("option", [dict(top_k=1), dict(top_p=1e-6), dict(temperature=1e-4)])
+def test_sampling_collapses_to_greedy_at_the_limits(option):
+    model = random_model("gru-bahdanau")
+    sources = random_sources(4, 8)
+    base = DecodeConfig(max_len_a=1.0, max_len_b=3)
+    greedy_out = decode_all(model, sources, base, CPU)
+    sampled = decode_all(model, sources, replace(base, strategy=Strategy.sample, **option), CPU)
+    assert [g[0].tokens for g in greedy_out] == [s[0].tokens for s in sampled]
+
+
+def test_top_k_only_draws_from_the_k_most_probable():
+    table = {(): {A: 0.4, B: 0.3, C: 0.2, D: 0.1}}
+    first = set()
+    for seed in range(40):
+        (hyp,) = toy_decode(table, Strategy.sample, top_k=2, seed=seed)
+        first.add(hyp.tokens[0])
+    assert first == {A, B}
