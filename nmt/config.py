@@ -303,6 +303,23 @@ class DecodeConfig:
         if self.no_repeat_ngram < 0 or self.max_len_cap < 1 or self.alpha < 0:
             raise NMTError("decode.no_repeat_ngram >= 0, max_len_cap >= 1 and alpha >= 0 needed")
 
+    def describe(self) -> str:
+        """A short human-readable summary, printed next to scores."""
+        match self.strategy:
+            case Strategy.greedy:
+                text = "greedy"
+            case Strategy.beam:
+                penalty = self.length_penalty.value
+                if self.length_penalty == LengthPenalty.gnmt:
+                    penalty += f" alpha {self.alpha:g}"
+                text = f"beam {self.beam_size}, length penalty {penalty}"
+            case Strategy.sample:
+                text = (
+                    f"sample (temperature {self.temperature:g}, top_k {self.top_k}, "
+                    f"top_p {self.top_p:g}, seed {self.seed})"
+                )
+        return text + (f", no_repeat_ngram {self.no_repeat_ngram}" if self.no_repeat_ngram else "")
+
     def max_len(self, src_len: int) -> int:
         return max(1, min(self.max_len_cap, int(self.max_len_a * src_len + self.max_len_b)))
 

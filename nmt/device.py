@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import platform
 
 import torch
 
@@ -35,3 +36,16 @@ def autocast(device: torch.device, precision: Precision) -> contextlib.AbstractC
             return torch.autocast(device.type, dtype=torch.bfloat16)
         case Precision.fp16:
             return torch.autocast(device.type, dtype=torch.float16)
+
+
+def describe(device: torch.device) -> dict:
+    """Where a figure was measured: printed with every benchmark result."""
+    info = {
+        "device": str(device),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "cpu": platform.processor() or platform.machine(),
+    }
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    return info

@@ -84,6 +84,7 @@ def evaluate_main(cfg: EvaluateRunConfig) -> Scores:
         "step": ckpt.payload["step"],
         "split": name,
         "sentences": len(sources),
+        "decode": cfg.decode.describe(),
         **scores.to_dict(),
     }
     (out / f"{name}.scores.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
@@ -96,7 +97,9 @@ def evaluate_main(cfg: EvaluateRunConfig) -> Scores:
         if cfg.heatmap_grid:
             save_heatmap_grid(*pieces, result.maps, out / f"{name}.heads.{k}.png", result.text)
 
-    print(f"{name}: {len(sources)} sentences, checkpoint {ckpt.path} (step {ckpt.payload['step']})")
+    step = ckpt.payload["step"]
+    print(f"{name}: {len(sources)} sentences, checkpoint {ckpt.path} (step {step})")
+    print(f"decoding: {cfg.decode.describe()}")
     print("\n".join(scores.lines))
     print(f"hypotheses: {out / f'{name}.hyp'}", file=sys.stderr)
     return scores

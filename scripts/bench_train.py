@@ -13,15 +13,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import platform
 import statistics
 import tempfile
 import time
 
-import torch
-
 from nmt import cli
 from nmt.data import epoch_batches
+from nmt.device import describe
 from nmt.train import Trainer
 
 
@@ -58,10 +56,7 @@ def main() -> None:
                 "steps_per_window": args.steps,
                 "median_tgt_tokens_per_s": round(statistics.median(rates), 1),
                 "windows_tgt_tokens_per_s": [round(r, 1) for r in rates],
-                "device": str(trainer.device),
-                "torch_threads": torch.get_num_threads(),
-                "torch": torch.__version__,
-                "cpu": platform.processor() or platform.machine(),
+                **describe(trainer.device),
             },
             indent=2,
         )

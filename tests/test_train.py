@@ -11,19 +11,14 @@ import torch
 from nmt import cli
 from nmt.checkpoint import load_checkpoint
 
-SMALL = [
-    "model.emb_size=64",
-    "model.hidden_size=64",
-    "model.dropout=0.1",
-    "data.tokenizer.vocab_size=400",
-    "train.batch_tokens=600",
-    "train.lr=0.003",
-]
+SMALL = ["data.tokenizer.vocab_size=400", "train.batch_tokens=600", "train.lr=0.003"]
+SMALL_RNN = ["model.emb_size=64", "model.hidden_size=64", "model.dropout=0.1"]
+SMALL_TRANSFORMER = ["model.d_model=32", "model.ff_size=64", "model.encoder_layers=2"]
 
 
-def train(run_dir: Path, demo_dir: Path, *extra: str) -> None:
-    args = ["data=demo", f"data.local_dir={demo_dir}", f"run_dir={run_dir}", *SMALL, *extra]
-    assert cli.train(args) == 0
+def train(run_dir: Path, demo_dir: Path, *extra: str, model: list[str] = SMALL_RNN) -> None:
+    args = ["data=demo", f"data.local_dir={demo_dir}", f"run_dir={run_dir}", *SMALL, *model]
+    assert cli.train([*args, *extra]) == 0
 
 
 def losses(run_dir: Path) -> dict[int, float]:
@@ -31,7 +26,7 @@ def losses(run_dir: Path) -> dict[int, float]:
     return {r["step"]: r["loss"] for r in rows if r["split"] == "train"}
 
 
-@pytest.mark.parametrize("model", ["gru_bahdanau", "lstm_luong"])
+@pytest.mark.parametrize("model", ["gru_bahdanau", "lstm_luong", "transformer_small"])
 def test_resume_gives_the_same_losses_as_an_uninterrupted_run(tmp_path, demo_dir, model):
     common = [
         f"model={model}",
@@ -39,11 +34,16 @@ def test_resume_gives_the_same_losses_as_an_uninterrupted_run(tmp_path, demo_dir
         "train.valid_every=5",
         "train.valid_bleu=false",
         "train.metric=loss",
+        "train.scheduler=noam",
+        "train.warmup_steps=3",
         "model.dropout=0.3",
     ]
-    train(tmp_path / "straight", demo_dir, *common, "train.max_steps=10")
-    train(tmp_path / "split", demo_dir, *common, "train.max_steps=5")
-    train(tmp_path / "split", demo_dir, *common, "train.max_steps=10", "train.resume=true")
+    size = SMALL_TRANSFORMER if model.startswith("transformer") else SMALL_RNN
+    train(tmp_path / "straight", demo_dir, *common, "train.max_steps=10", model=size)
+    train(tmp_path / "split", demo_dir, *common, "train.max_steps=5", model=size)
+    train(
+        tmp_path / "split", demo_dir, *common, "train.max_steps=10", "train.resume=true", model=size
+    )
     straight, split = losses(tmp_path / "straight"), losses(tmp_path / "split")
     assert sorted(split) == list(range(1, 11))
     assert split == straight  # bit-identical: same batches, same dropout masks, same updates
@@ -74,7 +74,13 @@ def test_a_run_killed_between_checkpoints_resumes_to_the_same_losses(
         return real_update(self, group)
 
     monkeypatch.setattr(Trainer, "update", dies_at_step_7)
-    args = ["data=demo", f"data.local_dir={demo_dir}", f"run_dir={tmp_path / 'killed'}", *SMALL]
+    args = [
+        "data=demo",
+        f"data.local_dir={demo_dir}",
+        f"run_dir={tmp_path / 'killed'}",
+        *SMALL,
+        *SMALL_RNN,
+    ]
     assert cli.train([*args, *common]) == 130
     monkeypatch.undo()
     assert load_checkpoint(tmp_path / "killed" / "checkpoints" / "last").payload["step"] == 4
@@ -91,7 +97,13 @@ def test_existing_run_is_never_clobbered(tmp_path, demo_dir, capsys):
         "train.metric=loss",
     )
     code = cli.train(
-        ["data=demo", f"data.local_dir={demo_dir}", f"run_dir={tmp_path / 'run'}", *SMALL]
+        [
+            "data=demo",
+            f"data.local_dir={demo_dir}",
+            f"run_dir={tmp_path / 'run'}",
+            *SMALL,
+            *SMALL_RNN,
+        ]
     )
     assert code == cli.EXIT_USAGE
     assert "train.resume=true" in capsys.readouterr().err
