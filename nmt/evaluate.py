@@ -72,12 +72,22 @@ def evaluate_main(cfg: EvaluateRunConfig) -> Scores:
         corpus = read_split(cfg.data or ckpt.config.data, cfg.split)
         sources, references, name = corpus.src, corpus.tgt, cfg.split.value
 
-    results = translator.translate_full(sources, attention=cfg.heatmaps > 0)
-    hypotheses = [r.text for r in results]
-    scores = score(hypotheses, references)
-
     out = _out_dir(cfg, ckpt.path)
     out.mkdir(parents=True, exist_ok=True)
+    # heatmaps first, from their own small decode: a bad attention_layer fails in seconds, and the
+    # full decode need not keep attention maps (greedy and beam output does not depend on the batch)
+    for k, result in enumerate(translator.translate_full(sources[: cfg.heatmaps])):
+        weights = result.attention(cfg.attention_layer, cfg.attention_head)
+        if weights is None:
+            continue
+        pieces = (result.src_pieces, result.tgt_pieces)
+        save_heatmap(*pieces, weights, out / f"{name}.attention.{k}.png", result.text)
+        if cfg.heatmap_grid:
+            save_heatmap_grid(*pieces, result.maps, out / f"{name}.heads.{k}.png", result.text)
+
+    hypotheses = translator.translate(sources)
+    scores = score(hypotheses, references)
+
     (out / f"{name}.hyp").write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
     record = {
         "checkpoint": str(ckpt.path),
@@ -88,14 +98,6 @@ def evaluate_main(cfg: EvaluateRunConfig) -> Scores:
         **scores.to_dict(),
     }
     (out / f"{name}.scores.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    for k, result in enumerate(results[: cfg.heatmaps]):
-        weights = result.attention(cfg.attention_layer, cfg.attention_head)
-        if weights is None:
-            continue
-        pieces = (result.src_pieces, result.tgt_pieces)
-        save_heatmap(*pieces, weights, out / f"{name}.attention.{k}.png", result.text)
-        if cfg.heatmap_grid:
-            save_heatmap_grid(*pieces, result.maps, out / f"{name}.heads.{k}.png", result.text)
 
     step = ckpt.payload["step"]
     print(f"{name}: {len(sources)} sentences, checkpoint {ckpt.path} (step {step})")
