@@ -59,6 +59,8 @@ class Translator:
     def from_checkpoint(
         cls, path: str | Path, decode: DecodeConfig | None = None, device: str = "auto"
     ) -> Translator:
+        """`decode=None` decodes as the run validated (greedy unless it was trained with
+        decode=beam); pass e.g. `DecodeConfig(strategy=Strategy.beam)` for beam search."""
         ckpt = load_checkpoint(path)
         dev = resolve_device(device)
         return cls(restore_model(ckpt, dev), ckpt.vocabs, decode or ckpt.config.decode, dev)
