@@ -349,6 +349,13 @@ class TrainRunConfig:
 
     def __post_init__(self) -> None:
         _check_device(self.device)
+        # caught here so the run fails before the tokenizer is trained, not at model building
+        shared = isinstance(self.model, TransformerConfig) and self.model.share_embeddings
+        if shared and not self.data.tokenizer.joint:
+            raise NMTError(
+                "model.share_embeddings=true needs data.tokenizer.joint=true "
+                "(or set model.share_embeddings=false)"
+            )
 
 
 @dataclass

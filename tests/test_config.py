@@ -133,3 +133,11 @@ def test_every_decode_config_composes_for_every_entry_point(decode):
 def test_bad_decode_options_fail_at_composition(override, message, capsys):
     assert cli.translate(["ckpt=x", "decode=greedy", override]) == cli.EXIT_USAGE
     assert message in capsys.readouterr().err
+
+
+def test_shared_embeddings_without_a_joint_vocabulary_fail_at_composition(capsys):
+    args = ["model=transformer_small", "data.tokenizer.joint=false"]
+    assert cli.train(args) == cli.EXIT_USAGE
+    assert "data.tokenizer.joint=true" in capsys.readouterr().err
+    cfg = cli._compose("train", [*args, "model.share_embeddings=false"], None)
+    assert not cfg.model.share_embeddings
