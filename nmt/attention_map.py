@@ -46,10 +46,7 @@ def save_heatmap(
     src_pieces: list[str], tgt_pieces: list[str], weights: Tensor, path: str | Path, title: str = ""
 ) -> Path:
     """Write the attention matrix (len(tgt_pieces), len(src_pieces)) as a PNG heatmap."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display needed
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     rows, cols = len(tgt_pieces), len(src_pieces)
     fig, ax = plt.subplots(figsize=(max(4.0, 0.45 * cols + 1.5), max(3.0, 0.4 * rows + 1.2)))
@@ -69,10 +66,7 @@ def save_heatmap_grid(
     src_pieces: list[str], tgt_pieces: list[str], maps: Tensor, path: str | Path, title: str = ""
 ) -> Path:
     """Every layer (rows) and head (columns) of maps (T, L, h, S) in one PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     layers, heads = maps.size(1), maps.size(2)
     rows, cols = len(tgt_pieces), len(src_pieces)
@@ -95,9 +89,18 @@ def save_heatmap_grid(
     return _save(fig, path)
 
 
-def _save(fig, path: str | Path) -> Path:
+def _pyplot():
+    """matplotlib.pyplot on the file-only Agg backend (no display needed), imported on first use."""
+    import matplotlib
+
+    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def _save(fig, path: str | Path) -> Path:
+    plt = _pyplot()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)

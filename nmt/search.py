@@ -44,17 +44,19 @@ def _limits(cfg: DecodeConfig, src_lens: Tensor) -> tuple[Tensor, Tensor]:
     return max_len, min_len
 
 
-def constrain(log_probs: Tensor, history: Tensor, min_len: Tensor, no_repeat_ngram: int) -> Tensor:
+def constrain(
+    log_probs: Tensor, t: int, min_len: Tensor, no_repeat_ngram: int, history: Tensor | None
+) -> Tensor:
     """Apply the hard constraints to next-token log-probabilities, in place.
 
-    log_probs (R, V); history (R, t) tokens generated so far; min_len (R,). EOS is blocked while a
-    row is shorter than its minimum; a token that would complete an n-gram already in the row's
-    history is blocked. Blocked tokens get -inf, the rest are left as they are (not renormalised).
+    log_probs (R, V) for step t (t tokens generated so far); min_len (R,); history (R, t) those
+    tokens, needed only for no_repeat_ngram. EOS is blocked while a row is shorter than its
+    minimum; a token that would complete an n-gram already in the row's history is blocked.
+    Blocked tokens get -inf, the rest are left as they are (not renormalised).
     """
-    t = history.size(1)
     log_probs[:, EOS].masked_fill_(t < min_len, NEG_INF)
     n = no_repeat_ngram
-    if n and t >= n:
+    if n and t >= n and history is not None:
         grams = history.unfold(1, n, 1)  # (R, t - n + 1, n): every n-gram so far
         prefix = history[:, t - n + 1 :]  # (R, n - 1): what the next token would extend
         seen = (grams[:, :, :-1] == prefix.unsqueeze(1)).all(dim=-1)  # (R, t - n + 1)
@@ -66,11 +68,26 @@ def constrain(log_probs: Tensor, history: Tensor, min_len: Tensor, no_repeat_ngr
 
 
 def _next_log_probs(
-    model: Seq2Seq, prev: Tensor, state, history: Tensor, min_len: Tensor, cfg: DecodeConfig
+    model: Seq2Seq,
+    prev: Tensor,
+    state,
+    t: int,
+    min_len: Tensor,
+    cfg: DecodeConfig,
+    history: Tensor | None,
 ):
     logits, weights, state = model.decode_step(prev, state)
     log_probs = torch.log_softmax(logits.float(), dim=-1)  # fp32 whatever the autocast
-    return constrain(log_probs, history, min_len, cfg.no_repeat_ngram), weights, state
+    return constrain(log_probs, t, min_len, cfg.no_repeat_ngram, history), weights, state
+
+
+def _hypothesis(
+    seq: list[int], score: float, attention: Tensor | None, cfg: DecodeConfig
+) -> Hypothesis:
+    """seq: every generated token, a final EOS included when there is one."""
+    ended = bool(seq) and seq[-1] == EOS
+    normalized = cfg.normalize(score, len(seq))
+    return Hypothesis(seq[:-1] if ended else seq, score, normalized, ended, attention)
 
 
 def _draw(log_probs: Tensor, cfg: DecodeConfig, generator: torch.Generator | None) -> Tensor:
@@ -112,8 +129,10 @@ def _single_path(
     prev = torch.full((batch,), BOS, dtype=torch.long, device=device)
     alive = torch.arange(batch, device=device)  # original rows still decoding
     for t in range(steps):
+        # the token history is gathered only when the n-gram constraint reads it
+        history = tokens[alive, :t] if cfg.no_repeat_ngram else None
         log_probs, weights, state = _next_log_probs(
-            model, prev, state, tokens[alive, :t], min_len[alive], cfg
+            model, prev, state, t, min_len[alive], cfg, history
         )
         choice = _draw(log_probs, cfg, generator)
         tokens[alive, t] = choice
@@ -135,12 +154,8 @@ def _single_path(
     maps = None if maps is None else maps.cpu()
     out = []
     for row, (n, seq, score) in enumerate(zip(lengths.tolist(), tokens.tolist(), scores.tolist())):
-        seq = seq[:n]
-        ended = bool(seq) and seq[-1] == EOS
         attn = None if maps is None else maps[row, :n, ..., : int(src_lens[row])]
-        out.append(
-            Hypothesis(seq[:-1] if ended else seq, score, cfg.normalize(score, n), ended, attn)
-        )
+        out.append(_hypothesis(seq[:n], score, attn, cfg))
     return out
 
 
@@ -198,7 +213,7 @@ def beam_search(
     for t in range(int(max_len.max())):
         live = sentence.size(0)
         row_min = min_len[sentence].repeat_interleave(k)
-        log_probs, weights, state = _next_log_probs(model, prev, state, history, row_min, cfg)
+        log_probs, weights, state = _next_log_probs(model, prev, state, t, row_min, cfg, history)
         vocab = log_probs.size(1)
         total = (scores.view(-1, 1) + log_probs).view(live, k * vocab)
         top_scores, top = total.topk(min(2 * k, k * vocab), dim=1)  # (N, 2K), best first
@@ -260,12 +275,8 @@ def _set_aside(
         attn = (last if maps is None else torch.cat([maps[rows], last], dim=1)).cpu()
     lens = src_lens.tolist()
     for f, (i, seq, score) in enumerate(zip(sentences.tolist(), seqs, scores.tolist())):
-        ended = seq[-1] == EOS
         hyp_attn = None if attn is None else attn[f, ..., : lens[i]]
-        finished[i].append(
-            Hypothesis(seq[:-1] if ended else seq, score, cfg.normalize(score, len(seq)), ended,
-                       hyp_attn)
-        )  # fmt: skip
+        finished[i].append(_hypothesis(seq, score, hyp_attn, cfg))
 
 
 def decode_all(

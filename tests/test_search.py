@@ -167,7 +167,7 @@ def test_no_repeat_ngram_blocks_a_repeat():
 
 def test_constrain_bans_exactly_the_completing_tokens():
     history = torch.tensor([[A, B, C, A, B], [A, A, A, A, A]])
-    out = constrain(torch.zeros(2, 8), history, torch.tensor([0, 9]), no_repeat_ngram=3)
+    out = constrain(torch.zeros(2, 8), 5, torch.tensor([0, 9]), no_repeat_ngram=3, history=history)
     banned = [(out[r] == float("-inf")).nonzero().squeeze(1).tolist() for r in range(2)]
     assert banned == [[C], [EOS, A]]  # row 0: A B C exists; row 1: A A A exists, and too short
 
