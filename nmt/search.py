@@ -35,12 +35,13 @@ class Hypothesis:
     attention: Tensor | None  # (steps, L, h, S) on CPU: one row per generated token (EOS incl.)
 
 
-def _limits(cfg: DecodeConfig, src_lens: Tensor) -> tuple[Tensor, Tensor]:
-    """Per sentence: max and min number of generated tokens (the EOS counts toward max)."""
+def _limits(cfg: DecodeConfig, src: Tensor, src_lens: Tensor) -> tuple[Tensor, Tensor]:
+    """Per sentence: max and min number of generated tokens (the EOS counts toward max), on the
+    device of `src`: `src_lens` stays on the CPU (packing wants it there), the limits index and
+    compare with device tensors every step."""
     lens = src_lens.tolist()
-    device = src_lens.device
-    max_len = torch.tensor([cfg.max_len(n) for n in lens], device=device)
-    min_len = torch.tensor([cfg.min_len(n) for n in lens], device=device)
+    max_len = torch.tensor([cfg.max_len(n) for n in lens], device=src.device)
+    min_len = torch.tensor([cfg.min_len(n) for n in lens], device=src.device)
     return max_len, min_len
 
 
@@ -118,7 +119,7 @@ def _single_path(
 ) -> list[Hypothesis]:
     """Greedy (generator None) or sampling: one hypothesis per row of src (B, S)."""
     batch, device = src.size(0), src.device
-    max_len, min_len = _limits(cfg, src_lens)
+    max_len, min_len = _limits(cfg, src, src_lens)
     steps = int(max_len.max())
     tokens = torch.zeros((batch, steps), dtype=torch.long, device=device)
     scores = torch.zeros(batch, device=device)
@@ -196,7 +197,7 @@ def beam_search(
     or it reached its length limit (then its K best are kept as they are, unended).
     """
     batch, device, k = src.size(0), src.device, cfg.beam_size
-    max_len, min_len = _limits(cfg, src_lens)
+    max_len, min_len = _limits(cfg, src, src_lens)
     encoded = model.encode(src, src_lens)
     state = model.init_state(encoded).reorder(
         torch.arange(batch, device=device).repeat_interleave(k)
