@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 DEMO_RUN := runs/demo
 
-.PHONY: help install demo test test-all lint format clean
+.PHONY: help install demo test test-gpu test-all lint format clean
 
 help: ## show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
@@ -29,7 +29,10 @@ demo: install ## generate the demo corpus, train, evaluate and translate (CPU, a
 test: install ## run the fast test suite
 	$(BIN)/python -m pytest -q
 
-test-all: install ## run every test, slow ones included
+test-gpu: install ## run the GPU test suite (skipped where CUDA is not available)
+	$(BIN)/python -m pytest -q -m gpu -rs
+
+test-all: install ## run every test, slow and GPU ones included
 	$(BIN)/python -m pytest -q -m ""
 
 lint: install ## ruff check + format check
