@@ -260,6 +260,7 @@ class TrainConfig:
     log_every: int = 100  # steps
     keep_last: int = 2  # step checkpoints kept besides `best`
     precision: Precision = Precision.fp32
+    compile: bool = False  # torch.compile the model for training (validation and search stay eager)
     resume: bool = False  # continue from run_dir/checkpoints/last
     overwrite: bool = False  # allow starting over in a run_dir that has checkpoints
 
@@ -270,6 +271,8 @@ class TrainConfig:
             raise NMTError("train.resume and train.overwrite exclude each other")
         if self.valid_every < 1 or self.log_every < 1:
             raise NMTError("train.valid_every and train.log_every must be >= 1")
+        if self.metric == Metric.bleu and not self.valid_bleu:
+            raise NMTError("train.metric=bleu needs train.valid_bleu=true (or train.metric=loss)")
 
 
 @dataclass

@@ -226,23 +226,33 @@ def epoch_batches(data: Encoded, batch_tokens: int, seed: int, epoch: int) -> li
 
 @dataclass
 class Batch:
-    """A padded batch. Shapes: src (B, S), src_lens (B,) on CPU, tgt_in / tgt_out (B, T)."""
+    """A padded batch. Shapes: src (B, S), src_lens (B,) on CPU, tgt_in / tgt_out (B, T).
+
+    `src_lens` stays on the CPU (sequence packing wants it there, and search reads it as Python
+    numbers); `n_tgt_tokens` is counted here, before any copy, so that nobody waits on the device
+    to learn how many tokens a batch has.
+    """
 
     src: torch.Tensor
     src_lens: torch.Tensor
     tgt_in: torch.Tensor | None  # BOS y_1 .. y_n
     tgt_out: torch.Tensor | None  # y_1 .. y_n EOS
     index: list[int]  # positions of the rows in the corpus, to restore the original order
-
-    @property
-    def n_tgt_tokens(self) -> int:
-        return int((self.tgt_out != PAD).sum()) if self.tgt_out is not None else 0
+    n_tgt_tokens: int = 0  # target tokens, EOS included (what the loss is normalised by)
 
     def to(self, device: torch.device) -> Batch:
-        move = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
+        """The batch on `device`; host memory is page-locked first so the copies are async."""
+        cuda = device.type == "cuda"
+
+        def move(t: torch.Tensor | None) -> torch.Tensor | None:
+            if t is None:
+                return None
+            return (t.pin_memory() if cuda else t).to(device, non_blocking=cuda)
+
         return Batch(
-            move(self.src), self.src_lens, move(self.tgt_in), move(self.tgt_out), self.index
-        )
+            move(self.src), self.src_lens, move(self.tgt_in), move(self.tgt_out), self.index,
+            self.n_tgt_tokens,
+        )  # fmt: skip
 
 
 def pad(seqs: list[list[int]]) -> torch.Tensor:
@@ -260,4 +270,4 @@ def collate(index: list[int], src: list[list[int]], tgt: list[list[int]] | None)
     targets = [tgt[i] for i in index]
     tgt_in = pad([[BOS] + t for t in targets])
     tgt_out = pad([t + [EOS] for t in targets])
-    return Batch(pad(rows), lens, tgt_in, tgt_out, index)
+    return Batch(pad(rows), lens, tgt_in, tgt_out, index, sum(len(t) + 1 for t in targets))

@@ -11,14 +11,24 @@ from nmt.config import Precision
 from nmt.errors import NMTError
 
 
-def resolve_device(name: str) -> torch.device:
-    """`auto` takes CUDA when present, else the CPU; an explicit device must exist."""
+def resolve_device(name: str, local_rank: int | None = None) -> torch.device:
+    """The one place that decides where tensors live; everything else follows the tensors it is
+    given. `auto` takes CUDA when present, else the CPU; an explicit device must exist. Under
+    torchrun (`local_rank` set), a CUDA device means this process's own GPU, cuda:LOCAL_RANK."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        name = "cuda" if torch.cuda.is_available() else "cpu"
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise NMTError(f"device={name} but CUDA is not available here; use device=auto or cpu")
     if name == "mps" and not torch.backends.mps.is_available():
         raise NMTError("device=mps but MPS is not available here; use device=auto or cpu")
+    if local_rank is not None and name.startswith("cuda"):
+        if name != "cuda":
+            raise NMTError(f"device={name} under torchrun: use device=cuda (one GPU per process)")
+        if local_rank >= torch.cuda.device_count():
+            raise NMTError(
+                f"LOCAL_RANK={local_rank} but only {torch.cuda.device_count()} GPU(s) are visible"
+            )
+        return torch.device("cuda", local_rank)
     return torch.device(name)
 
 

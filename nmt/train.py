@@ -1,8 +1,10 @@
-"""The training loop, written out.
+"""Training: `prepare_run` gets a run ready (directory, corpora, tokenizer, model, the checkpoint to
+resume), `Trainer` runs the loop over what it is given.
 
-One update = `accum_steps` batches. The data position (epoch, batch index) and all RNG states go
-into every checkpoint, and batches are a pure function of (seed, epoch), so `train.resume=true`
-continues exactly where the last checkpoint left off.
+One update = `accum_steps` batches per process. The data position (epoch, batch index) and every
+process's RNG state go into each checkpoint, and batches are a pure function of (seed, epoch), so
+`train.resume=true` continues exactly where the last checkpoint left off. Under torchrun the
+batches of an update are dealt out to the processes (see `Trainer.update`).
 """
 
 from __future__ import annotations
@@ -15,12 +17,14 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 import torch
 import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from nmt.checkpoint import load_checkpoint, point, prune, save_checkpoint
+from nmt.checkpoint import Checkpoint, load_checkpoint, point, prune, save_checkpoint
 from nmt.config import Metric, Optimizer, Precision, Split, TrainRunConfig
 from nmt.data import (
     Encoded,
@@ -32,13 +36,24 @@ from nmt.data import (
     token_batches,
 )
 from nmt.device import autocast, check_precision, resolve_device
+from nmt.distributed import (
+    SINGLE,
+    Dist,
+    barrier,
+    broadcast,
+    from_environment,
+    gather,
+    init_process_group,
+    shutdown,
+    sum_across,
+)
 from nmt.errors import NMTError
 from nmt.evaluate import bleu
 from nmt.models import build_model
 from nmt.models.seq2seq import Seq2Seq
 from nmt.schedule import LRSchedule
 from nmt.search import decode_all
-from nmt.tokenizer import PAD, Vocabs, train_vocabs
+from nmt.tokenizer import PAD, Vocabs, load_vocabs, train_vocabs
 
 
 @dataclass
@@ -58,23 +73,28 @@ def _better(metric: Metric, new: float, best: float | None) -> bool:
     return new > best if metric == Metric.bleu else new < best
 
 
-def _prepare_run_dir(cfg: TrainRunConfig) -> Path:
-    """Refuse to clobber an existing run unless asked; returns the checkpoint root."""
+def _check_run_dir(cfg: TrainRunConfig) -> Path:
+    """Refuse to clobber an existing run unless asked; returns the checkpoint root. Read-only, so
+    every rank can run it and fail the same way."""
     run_dir = Path(cfg.run_dir)
     root = run_dir / "checkpoints"
     has_run = (root / "last").exists()
     if cfg.train.resume and not has_run:
         raise NMTError(f"train.resume=true but {root}/last does not exist")
-    if has_run and not cfg.train.resume:
-        if not cfg.train.overwrite:
-            raise NMTError(
-                f"{run_dir} already holds a run: pass train.resume=true to continue it, "
-                "train.overwrite=true to start over, or another run_dir"
-            )
-        shutil.rmtree(root)
-        (run_dir / "metrics.jsonl").unlink(missing_ok=True)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    if has_run and not cfg.train.resume and not cfg.train.overwrite:
+        raise NMTError(
+            f"{run_dir} already holds a run: pass train.resume=true to continue it, "
+            "train.overwrite=true to start over, or another run_dir"
+        )
     return root
+
+
+def _reset_run_dir(cfg: TrainRunConfig, root: Path) -> None:
+    """train.overwrite: remove the old checkpoints and log (rank 0 only)."""
+    if (root / "last").exists() and not cfg.train.resume:
+        shutil.rmtree(root)
+        (Path(cfg.run_dir) / "metrics.jsonl").unlink(missing_ok=True)
+    Path(cfg.run_dir).mkdir(parents=True, exist_ok=True)
 
 
 def _loss(model: Seq2Seq, batch, smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -102,14 +122,15 @@ def validate(
     """Validation loss/perplexity (teacher forcing) and, optionally, BLEU decoded with the run's
     `decode` settings (greedy by default; `decode=beam` validates with beam search)."""
     model.eval()
-    nll, tokens = 0.0, 0
+    nll, tokens = torch.zeros((), device=device), 0  # summed on the device, read once
     lens_src, lens_tgt = [len(s) for s in data.src], [len(t) for t in data.tgt]
     for index in token_batches(lens_src, lens_tgt, cfg.train.batch_tokens):
         batch = collate(index, data.src, data.tgt).to(device)
         with autocast(device, cfg.train.precision):
             _, batch_nll = _loss(model, batch, 0.0)
-        nll += float(batch_nll)
+        nll += batch_nll
         tokens += batch.n_tgt_tokens
+    nll = nll.item()
     result = {"loss": nll / tokens, "ppl": math.exp(min(nll / tokens, 50.0))}
     if cfg.train.valid_bleu:
         with autocast(device, cfg.train.precision):
@@ -142,38 +163,79 @@ def _check_same_model(cfg: TrainRunConfig, stored: TrainRunConfig) -> None:
         raise NMTError(f"train.resume: the checkpoint was trained with {diff}")
 
 
+@dataclass
+class RunData:
+    """What a run trains and validates on: the tokenizer and the encoded corpora."""
+
+    vocabs: Vocabs
+    train: Encoded
+    valid: Encoded
+    valid_references: list[str]  # raw target side of the validation split, for BLEU
+
+
+def prepare_run(
+    cfg: TrainRunConfig, where: Dist = SINGLE
+) -> tuple[RunData, Seq2Seq, Checkpoint | None]:
+    """Everything before the first update: the run directory, the corpora, the tokenizer (trained
+    by rank 0, read by the others), the model, and the checkpoint to resume from (or None).
+
+    Every rank builds the same model from `cfg.seed`; DistributedDataParallel then makes sure of it
+    by broadcasting rank 0's weights.
+    """
+    root = _check_run_dir(cfg)
+    if where.main:
+        _reset_run_dir(cfg, root)
+    barrier(where)
+    torch.manual_seed(cfg.seed)
+    run_dir = Path(cfg.run_dir)
+    train_corpus = read_split(cfg.data, Split.train)
+    valid_corpus = read_split(cfg.data, Split.valid)
+    resume = load_checkpoint(root / "last") if cfg.train.resume else None
+    if resume is not None:
+        _check_same_model(cfg, resume.config)
+        vocabs = resume.vocabs
+    else:
+        if where.main:
+            train_vocabs(train_corpus.src, train_corpus.tgt, run_dir, cfg.data.tokenizer)
+        barrier(where)  # the others read what rank 0 wrote
+        vocabs = load_vocabs(run_dir)
+    train_data = filter_length(encode(train_corpus, vocabs), cfg.data.max_len)
+    if len(train_data) == 0:
+        raise NMTError("no training pairs left after length filtering (data.max_len)")
+    data = RunData(vocabs, train_data, encode(valid_corpus, vocabs), valid_corpus.tgt)
+    model = build_model(cfg.model, len(vocabs.src), len(vocabs.tgt), vocabs.joint)
+    return data, model, resume
+
+
 class Trainer:
-    """Owns the model, optimizer, schedule and data of one run; `run()` is the loop."""
+    """The loop of one run over the model and data it is given; `run()` trains.
 
-    def __init__(self, cfg: TrainRunConfig) -> None:
-        self.cfg = cfg
-        self.device = resolve_device(cfg.device)
-        check_precision(self.device, cfg.train.precision)
-        if cfg.train.metric == Metric.bleu and not cfg.train.valid_bleu:
-            raise NMTError("train.metric=bleu needs train.valid_bleu=true")
-        self.root = _prepare_run_dir(cfg)
+    Under torchrun each process runs a Trainer over its own share of every update's batches; the
+    gradients are summed by DistributedDataParallel and each rank's loss is scaled so that the sum
+    equals the single-process loss over all those batches, normalised by all of their tokens.
+    """
+
+    def __init__(
+        self,
+        cfg: TrainRunConfig,
+        model: Seq2Seq,
+        data: RunData,
+        device: torch.device,
+        where: Dist = SINGLE,
+    ) -> None:
+        self.cfg, self.data, self.device, self.where = cfg, data, device, where
         self.run_dir = Path(cfg.run_dir)
-        torch.manual_seed(cfg.seed)
-
-        train_corpus = read_split(cfg.data, Split.train)
-        self.valid_corpus = read_split(cfg.data, Split.valid)
-        resume = load_checkpoint(self.root / "last") if cfg.train.resume else None
-        if resume is not None:
-            _check_same_model(cfg, resume.config)
-            self.vocabs = resume.vocabs
-        else:
-            self.vocabs = train_vocabs(
-                train_corpus.src, train_corpus.tgt, self.run_dir, cfg.data.tokenizer
-            )
-        self.train_data = filter_length(encode(train_corpus, self.vocabs), cfg.data.max_len)
-        self.valid_data = encode(self.valid_corpus, self.vocabs)
-        if len(self.train_data) == 0:
-            raise NMTError("no training pairs left after length filtering (data.max_len)")
-
-        self.model = build_model(
-            cfg.model, len(self.vocabs.src), len(self.vocabs.tgt), self.vocabs.joint
-        )
-        self.model.to(self.device)
+        self.root = self.run_dir / "checkpoints"
+        self.model = model.to(device)  # the module itself: validation, search, checkpoints
+        self.train_model: torch.nn.Module = self.model  # what the training forward calls
+        if where.active:
+            ids = [device.index] if device.type == "cuda" else None
+            self.train_model = DistributedDataParallel(self.model, device_ids=ids)
+            # rank 0 keeps the stream of a single-process run; the others draw their own dropout
+            if not where.main:
+                torch.manual_seed(cfg.seed + 1_000_003 * where.rank)
+        if cfg.train.compile:
+            self.train_model = torch.compile(self.train_model)
         opt = torch.optim.AdamW if cfg.train.optimizer == Optimizer.adamw else torch.optim.Adam
         self.optimizer = opt(
             self.model.parameters(),
@@ -183,19 +245,32 @@ class Trainer:
         )
         self.schedule = LRSchedule(cfg.train, self.optimizer)
         fp16 = cfg.train.precision == Precision.fp16
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=fp16)
+        self.scaler = torch.amp.GradScaler(device.type, enabled=fp16)
         self.progress = Progress()
         self.saved_step = -1  # step of the newest checkpoint
-        if resume is not None:
-            self.model.load_state_dict(resume.payload["model"])
-            self.optimizer.load_state_dict(resume.payload["optimizer"])
-            self.schedule.load_state_dict(resume.payload["scheduler"])
-            self.scaler.load_state_dict(resume.payload["scaler"])
-            self.progress = Progress(**resume.payload["progress"])
-            self.saved_step = self.progress.step
-            _set_rng_state(resume.payload["rng"])
+        self.log: TextIO | None = None
+
+    def restore(self, ckpt: Checkpoint) -> None:
+        """Continue exactly where `ckpt` left off: weights, optimizer, schedule, data position and
+        every rank's RNG state; the metrics log is cut back to the checkpoint's step."""
+        payload = ckpt.payload
+        stored_world = payload.get("world_size", 1)
+        if stored_world != self.where.world:
+            raise NMTError(
+                f"train.resume: the checkpoint was written by {stored_world} training "
+                f"process(es), this run has {self.where.world}; the data order and random "
+                "streams depend on it, so resume with the same number"
+            )
+        self.model.load_state_dict(payload["model"])
+        self.optimizer.load_state_dict(payload["optimizer"])
+        self.schedule.load_state_dict(payload["scheduler"])
+        self.scaler.load_state_dict(payload["scaler"])
+        self.progress = Progress(**payload["progress"])
+        self.saved_step = self.progress.step
+        ranks = payload.get("rng_ranks") or [payload["rng"]]
+        _set_rng_state(ranks[self.where.rank])
+        if self.where.main:
             self._truncate_log(self.progress.step)
-        self.log = open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115
 
     def _truncate_log(self, step: int) -> None:
         """Drop log lines written after the checkpoint we resume from (the run died later)."""
@@ -206,6 +281,8 @@ class Trainer:
             path.write_text("".join(kept), encoding="utf-8")
 
     def record(self, entry: dict) -> None:
+        if self.log is None:
+            return
         row = {
             "step": self.progress.step,
             "epoch": self.progress.epoch,
@@ -215,52 +292,77 @@ class Trainer:
         self.log.write(json.dumps(row) + "\n")
         self.log.flush()
 
-    def update(self, group: list[list[int]]) -> tuple[float, float, int]:
-        """One optimizer update over `group` (accum_steps batches); returns loss, nll, tokens."""
-        cfg = self.cfg.train
-        parts = [
-            collate(i, self.train_data.src, self.train_data.tgt).to(self.device) for i in group
-        ]
-        tokens = sum(b.n_tgt_tokens for b in parts)
+    def update(self, group: list[list[int]]) -> tuple[torch.Tensor, int]:
+        """One optimizer update over `group`, the batches of this update on all ranks together
+        (accum_steps per rank); this rank takes every world-th one. Returns this rank's summed
+        (loss, nll) as a device tensor, unread, and the target tokens of the whole group."""
+        cfg, world = self.cfg.train, self.where.world
+        train = self.data.train
+        mine = group[self.where.rank :: world]
+        # tokens of the whole update, counted from the index lists on the host: no device sync
+        # and no communication, since every rank knows every rank's batches
+        tokens = sum(len(train.tgt[i]) + 1 for batch in group for i in batch)
+        parts = [collate(index, train.src, train.tgt).to(self.device) for index in mine]
         self.schedule.set_step(self.progress.step + 1)
         self.optimizer.zero_grad(set_to_none=True)
-        loss_sum = nll_sum = 0.0
-        for batch in parts:
-            with autocast(self.device, cfg.precision):
-                loss, nll = _loss(self.model, batch, cfg.label_smoothing)
-            # normalise by the tokens of the whole update, so accumulation = one big batch
-            self.scaler.scale(loss / tokens).backward()
-            loss_sum, nll_sum = loss_sum + loss.item(), nll_sum + nll.item()
+        sums = torch.zeros(2, device=self.device)  # loss, nll
+        for n, batch in enumerate(parts):
+            last = n == len(parts) - 1
+            # gradients are all-reduced once per update, after the last batch
+            sync = contextlib.nullcontext() if last or not self.where.active else self._no_sync()
+            with sync:
+                with autocast(self.device, cfg.precision):
+                    loss, nll = _loss(self.train_model, batch, cfg.label_smoothing)
+                # DDP averages gradients over ranks: dividing by tokens / world makes the sum
+                # over ranks equal one big batch normalised by all of its tokens
+                self.scaler.scale(loss / (tokens / world)).backward()
+            sums += torch.stack([loss.detach(), nll.detach()])
         if cfg.clip_grad_norm > 0:
             self.scaler.unscale_(self.optimizer)
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip_grad_norm)
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.progress.step += 1
-        return loss_sum, nll_sum, tokens
+        return sums, tokens
+
+    def _no_sync(self) -> contextlib.AbstractContextManager:
+        ddp = self.train_model
+        ddp = getattr(ddp, "_orig_mod", ddp)  # under torch.compile
+        return ddp.no_sync()
 
     def save(self, metrics: dict, improved: bool) -> None:
+        """Rank 0 writes the checkpoint, with the RNG state of every rank (collected from all)."""
+        rng = gather(_rng_state(), self.where)
+        if not self.where.main:
+            return
         payload = {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.schedule.state_dict(),
             "scaler": self.scaler.state_dict(),
             "progress": vars(self.progress).copy(),
-            "rng": _rng_state(),
+            "rng": rng[0],
+            "world_size": self.where.world,
             "metrics": metrics,
         }
-        path = save_checkpoint(self.root, self.progress.step, payload, self.cfg, self.vocabs)
+        if self.where.active:
+            payload["rng_ranks"] = rng
+        path = save_checkpoint(self.root, self.progress.step, payload, self.cfg, self.data.vocabs)
         if improved:
             point(self.root, "best", path)
         point(self.root, "last", path)
         prune(self.root, self.cfg.train.keep_last)
-        self.saved_step = self.progress.step
 
     def validate_and_save(self) -> str:
-        """Validate, checkpoint, move best/last; returns a line for the console."""
-        metrics = validate(
-            self.model, self.valid_data, self.valid_corpus.tgt, self.vocabs, self.cfg, self.device
-        )
+        """Rank 0 validates; every rank takes its metrics (the LR schedule and early stopping must
+        agree everywhere); rank 0 checkpoints. Returns a line for the console."""
+        metrics = None
+        if self.where.main:
+            metrics = validate(
+                self.model, self.data.valid, self.data.valid_references, self.data.vocabs,
+                self.cfg, self.device,
+            )  # fmt: skip
+        metrics = broadcast(metrics, self.where)
         metric = self.cfg.train.metric
         improved = _better(metric, metrics[metric.value], self.progress.best)
         if improved:
@@ -270,37 +372,58 @@ class Trainer:
         self.schedule.report(improved)
         self.record({"split": "valid", **metrics, "best": improved})
         self.save(metrics, improved)
+        self.saved_step = self.progress.step
+        barrier(self.where)  # nobody trains on while rank 0 is still writing
         shown = "  ".join(f"{k} {v:.2f}" for k, v in metrics.items())
         return f"step {self.progress.step}: valid {shown}{'  (best)' if improved else ''}"
 
+    def epoch_batches(self, epoch: int) -> list[list[int]]:
+        """The epoch's batches for all ranks, cut to a multiple of the number of ranks so every
+        rank makes the same number of updates (at most world - 1 batches of an epoch are left
+        out, different ones each epoch since the order is shuffled)."""
+        batches = epoch_batches(self.data.train, self.cfg.train.batch_tokens, self.cfg.seed, epoch)
+        world = self.where.world
+        if len(batches) < world:
+            raise NMTError(
+                f"an epoch has {len(batches)} batches for {world} processes: lower "
+                "train.batch_tokens or use fewer processes"
+            )
+        return batches[: len(batches) - len(batches) % world]
+
     def run(self) -> Path:
         """Train until max_steps, max_epochs or early stopping; returns the best checkpoint."""
-        cfg, progress = self.cfg.train, self.progress
-        params = sum(p.numel() for p in self.model.parameters())
-        print(
-            f"nmt-train: {len(self.train_data)} training pairs, vocab {len(self.vocabs.src)}/"
-            f"{len(self.vocabs.tgt)}, {params / 1e6:.2f}M parameters, device {self.device}, "
-            f"run {self.run_dir}",
-            file=sys.stderr,
-        )
-        bar = tqdm(total=cfg.max_steps, initial=progress.step, desc="train", disable=None)
-        say = bar.write if not bar.disable else lambda s: print(s, file=sys.stderr)
-        window = Window()
+        cfg, progress, where = self.cfg.train, self.progress, self.where
+        per_update = cfg.accum_steps * where.world  # batches consumed by one update
+        if where.main:
+            self.log = open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+            params = sum(p.numel() for p in self.model.parameters())
+            ranks = f" x {where.world} processes" if where.active else ""
+            print(
+                f"nmt-train: {len(self.data.train)} training pairs, vocab "
+                f"{len(self.data.vocabs.src)}/{len(self.data.vocabs.tgt)}, {params / 1e6:.2f}M "
+                f"parameters, device {self.device}{ranks}, run {self.run_dir}",
+                file=sys.stderr,
+            )
+        bar = tqdm(
+            total=cfg.max_steps, initial=progress.step, desc="train",
+            disable=None if where.main else True,
+        )  # fmt: skip
+        quiet = not where.main
+        say = (lambda s: None) if quiet else bar.write if not bar.disable else _print_err
+        window = Window(self.device)
         self.model.train()
         try:
             while progress.step < cfg.max_steps:
                 if cfg.max_epochs and progress.epoch >= cfg.max_epochs:
                     break
-                batches = epoch_batches(
-                    self.train_data, cfg.batch_tokens, self.cfg.seed, progress.epoch
-                )
+                batches = self.epoch_batches(progress.epoch)
                 while progress.position < len(batches) and progress.step < cfg.max_steps:
-                    group = batches[progress.position : progress.position + cfg.accum_steps]
+                    group = batches[progress.position : progress.position + per_update]
                     progress.position += len(group)
                     window.add(*self.update(group))
                     bar.update(1)
                     if progress.step % cfg.log_every == 0:
-                        entry = window.flush(self.optimizer.param_groups[0]["lr"])
+                        entry = window.flush(self.optimizer.param_groups[0]["lr"], where)
                         self.record(entry)
                         bar.set_postfix_str(Window.describe(entry))
                         if bar.disable:  # no terminal (a log file, CI): print plain lines
@@ -318,20 +441,27 @@ class Trainer:
                 say(self.validate_and_save())
         finally:
             bar.close()
-            self.log.close()
+            if self.log is not None:
+                self.log.close()
         return self.root / "best"
 
 
-class Window:
-    """Training statistics since the last log line."""
+def _print_err(line: str) -> None:
+    print(line, file=sys.stderr)
 
-    def __init__(self) -> None:
-        self.loss = self.nll = 0.0
+
+class Window:
+    """Training statistics since the last log line; loss sums stay on the device until read."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.sums = torch.zeros(2, device=device)  # loss, nll
         self.tokens = 0
         self.start = time.perf_counter()
 
-    def add(self, loss: float, nll: float, tokens: int) -> None:
-        self.loss, self.nll, self.tokens = self.loss + loss, self.nll + nll, self.tokens + tokens
+    def add(self, sums: torch.Tensor, tokens: int) -> None:
+        self.sums += sums
+        self.tokens += tokens
 
     @contextlib.contextmanager
     def paused(self):
@@ -339,17 +469,19 @@ class Window:
         yield
         self.start += time.perf_counter() - started
 
-    def flush(self, lr: float) -> dict:
-        tokens = max(self.tokens, 1)
+    def flush(self, lr: float, where: Dist = SINGLE) -> dict:
+        """The window's entry for the log (one device read, one all-reduce under DDP); resets."""
+        loss, nll = sum_across(self.sums, where).tolist()
+        tokens = max(self.tokens, 1)  # already counted over all ranks
         entry = {
             "split": "train",
-            "loss": self.loss / tokens,  # label-smoothed, per target token
-            "ppl": math.exp(min(self.nll / tokens, 50.0)),
+            "loss": loss / tokens,  # label-smoothed, per target token
+            "ppl": math.exp(min(nll / tokens, 50.0)),
             "lr": lr,
-            "tokens": self.tokens,  # target tokens in this window
+            "tokens": self.tokens,  # target tokens in this window, all ranks
             "tokens_per_s": self.tokens / (time.perf_counter() - self.start),
         }
-        self.__init__()
+        self.__init__(self.device)
         return entry
 
     @staticmethod
@@ -358,5 +490,17 @@ class Window:
 
 
 def train_main(cfg: TrainRunConfig) -> Path:
-    """Train as configured; returns the path of the best checkpoint."""
-    return Trainer(cfg).run()
+    """Train as configured, on one process or as one rank under torchrun; returns the path of
+    the best checkpoint."""
+    where = from_environment()
+    device = resolve_device(cfg.device, where.local_rank if where.active else None)
+    check_precision(device, cfg.train.precision)
+    init_process_group(where, device)
+    try:
+        data, model, resume = prepare_run(cfg, where)
+        trainer = Trainer(cfg, model, data, device, where)
+        if resume is not None:
+            trainer.restore(resume)
+        return trainer.run()
+    finally:
+        shutdown()

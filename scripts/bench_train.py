@@ -3,9 +3,11 @@
     python scripts/bench_train.py data=multi30k data.local_dir=../shared/data/multi30k \
         model=gru_bahdanau train.batch_tokens=2048 --windows 5 --steps 20
 
-Builds the same Trainer as nmt-train (tokenizer, bucketed batches, model, optimizer) in a
-temporary run directory, then times `--windows` windows of `--steps` updates each after one
-warm-up window, and reports the median and every window. Validation is not included.
+Prepares the run and builds the Trainer as nmt-train does (tokenizer, bucketed batches, model,
+optimizer; `train.precision=bf16`, `train.compile=true` and `device=cuda` apply) in a temporary
+run directory, then times `--windows` windows of `--steps` updates each after one warm-up window,
+and reports the median and every window. Validation is not included. On CUDA the clock waits for
+the device at each window's end, and the peak memory of the timed windows is reported.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ import statistics
 import tempfile
 import time
 
+import torch
+
 from nmt import cli
-from nmt.data import epoch_batches
-from nmt.device import describe
-from nmt.train import Trainer
+from nmt.device import describe, resolve_device
+from nmt.train import Trainer, prepare_run
 
 
 def main() -> None:
@@ -31,19 +34,25 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as run_dir:
         cfg = cli._compose("train", [*args.overrides, f"run_dir={run_dir}"], None)
-        trainer = Trainer(cfg)
-        batches = epoch_batches(trainer.train_data, cfg.train.batch_tokens, cfg.seed, 0)
+        device = resolve_device(cfg.device)
+        data, model, _ = prepare_run(cfg)
+        trainer = Trainer(cfg, model, data, device)
+        batches = trainer.epoch_batches(0)
         need = (args.windows + 1) * args.steps
         batches = (batches * (need // len(batches) + 1))[:need]
         trainer.model.train()
         rates = []
         for w in range(args.windows + 1):
+            if w == 1 and device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
             tokens, start = 0, time.perf_counter()
             for group in batches[w * args.steps : (w + 1) * args.steps]:
-                tokens += trainer.update([group])[2]
-            if w > 0:  # window 0 warms up allocators and caches
+                tokens += trainer.update([group])[1]
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            if w > 0:  # window 0 warms up allocators, caches and compilation
                 rates.append(tokens / (time.perf_counter() - start))
-        trainer.log.close()
+        peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
     print(
         json.dumps(
             {
@@ -53,10 +62,13 @@ def main() -> None:
                 "parameters": sum(p.numel() for p in trainer.model.parameters()),
                 "data": cfg.data.name,
                 "batch_tokens": cfg.train.batch_tokens,
+                "precision": cfg.train.precision.value,
+                "compile": cfg.train.compile,
                 "steps_per_window": args.steps,
                 "median_tgt_tokens_per_s": round(statistics.median(rates), 1),
                 "windows_tgt_tokens_per_s": [round(r, 1) for r in rates],
-                **describe(trainer.device),
+                "peak_memory_mib": None if peak is None else round(peak / 2**20, 1),
+                **describe(device),
             },
             indent=2,
         )
