@@ -216,12 +216,23 @@ def token_batches(
     return batches
 
 
-def epoch_batches(data: Encoded, batch_tokens: int, seed: int, epoch: int) -> list[list[int]]:
-    """The training batches of one epoch: a pure function of (data, seed, epoch)."""
+def epoch_batches(
+    data: Encoded, batch_tokens: int, seed: int, epoch: int, world: int = 1
+) -> list[list[int]]:
+    """The training batches of one epoch: a pure function of (data, seed, epoch). For `world`
+    processes the list is cut to a multiple of `world` (at most world - 1 batches of an epoch are
+    left out, different ones each epoch since the order is shuffled), so that dealing batch i to
+    process i % world gives every process the same number of batches."""
     generator = torch.Generator().manual_seed(seed * 100_003 + epoch)
-    return token_batches(
+    batches = token_batches(
         [len(s) for s in data.src], [len(t) for t in data.tgt], batch_tokens, generator
     )
+    if len(batches) < world:
+        raise NMTError(
+            f"an epoch has {len(batches)} batches for {world} processes: lower "
+            "train.batch_tokens or use fewer processes"
+        )
+    return batches[: len(batches) - len(batches) % world]
 
 
 @dataclass

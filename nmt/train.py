@@ -377,19 +377,6 @@ class Trainer:
         shown = "  ".join(f"{k} {v:.2f}" for k, v in metrics.items())
         return f"step {self.progress.step}: valid {shown}{'  (best)' if improved else ''}"
 
-    def epoch_batches(self, epoch: int) -> list[list[int]]:
-        """The epoch's batches for all ranks, cut to a multiple of the number of ranks so every
-        rank makes the same number of updates (at most world - 1 batches of an epoch are left
-        out, different ones each epoch since the order is shuffled)."""
-        batches = epoch_batches(self.data.train, self.cfg.train.batch_tokens, self.cfg.seed, epoch)
-        world = self.where.world
-        if len(batches) < world:
-            raise NMTError(
-                f"an epoch has {len(batches)} batches for {world} processes: lower "
-                "train.batch_tokens or use fewer processes"
-            )
-        return batches[: len(batches) - len(batches) % world]
-
     def run(self) -> Path:
         """Train until max_steps, max_epochs or early stopping; returns the best checkpoint."""
         cfg, progress, where = self.cfg.train, self.progress, self.where
@@ -416,7 +403,9 @@ class Trainer:
             while progress.step < cfg.max_steps:
                 if cfg.max_epochs and progress.epoch >= cfg.max_epochs:
                     break
-                batches = self.epoch_batches(progress.epoch)
+                batches = epoch_batches(
+                    self.data.train, cfg.batch_tokens, self.cfg.seed, progress.epoch, where.world
+                )
                 while progress.position < len(batches) and progress.step < cfg.max_steps:
                     group = batches[progress.position : progress.position + per_update]
                     progress.position += len(group)

@@ -22,6 +22,7 @@ import time
 import torch
 
 from nmt import cli
+from nmt.data import epoch_batches
 from nmt.device import describe, resolve_device
 from nmt.train import Trainer, prepare_run
 
@@ -37,7 +38,7 @@ def main() -> None:
         device = resolve_device(cfg.device)
         data, model, _ = prepare_run(cfg)
         trainer = Trainer(cfg, model, data, device)
-        batches = trainer.epoch_batches(0)
+        batches = epoch_batches(data.train, cfg.train.batch_tokens, cfg.seed, 0)
         need = (args.windows + 1) * args.steps
         batches = (batches * (need // len(batches) + 1))[:need]
         trainer.model.train()

@@ -1,0 +1,100 @@
+"""Data-parallel training under torchrun (gloo on the CPU, 2 processes): the gradients are combined
+right (2 ranks = 1 process over the union of their batches) and resume stays exact."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from test_train import SMALL, SMALL_RNN, losses
+
+from nmt import cli
+from nmt.checkpoint import load_checkpoint
+from nmt.data import Encoded, epoch_batches
+from nmt.errors import NMTError
+
+NMT_TRAIN = Path(sys.executable).parent / "nmt-train"
+COMMON = [
+    "train.log_every=1",
+    "train.valid_bleu=false",
+    "train.metric=loss",
+    "train.scheduler=noam",
+    "train.warmup_steps=2",
+    "device=cpu",
+]
+
+
+def torchrun(run_dir: Path, demo_dir: Path, *extra: str) -> subprocess.CompletedProcess:
+    """`torchrun --standalone --nproc_per_node 2 --no-python nmt-train ...`, one thread each."""
+    args = ["data=demo", f"data.local_dir={demo_dir}", f"run_dir={run_dir}", *SMALL, *SMALL_RNN]
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+        "--no-python", str(NMT_TRAIN), *args, *COMMON, *extra,
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    return load_checkpoint(run_dir / "checkpoints" / "last").payload["model"]
+
+
+def test_two_ranks_equal_one_process_over_the_union_of_their_batches(tmp_path, demo_dir):
+    """Rank r takes batches r, r+2, ... of each update; one process with accum_steps=2 takes both.
+    Each rank divides its loss by half the update's tokens and DDP averages: the same gradient."""
+    steps = ["train.max_steps=4", "train.valid_every=4", "model.dropout=0.0"]
+    done = torchrun(tmp_path / "ddp", demo_dir, *steps)
+    assert "x 2 processes" in done.stderr
+    args = ["data=demo", f"data.local_dir={demo_dir}", f"run_dir={tmp_path / 'one'}"]
+    assert cli.train([*args, *SMALL, *SMALL_RNN, *COMMON, *steps, "train.accum_steps=2"]) == 0
+
+    two, one = weights(tmp_path / "ddp"), weights(tmp_path / "one")
+    for name in one:  # float sums in another order: equal up to rounding
+        torch.testing.assert_close(two[name], one[name], rtol=1e-4, atol=1e-5, msg=name)
+    ddp_losses, one_losses = losses(tmp_path / "ddp"), losses(tmp_path / "one")
+    assert sorted(ddp_losses) == [1, 2, 3, 4]
+    assert ddp_losses == pytest.approx(one_losses, rel=1e-5)  # logged over both ranks' batches
+    # rank 0 alone writes: one checkpoint set, one log
+    assert [p.name for p in (tmp_path / "ddp" / "checkpoints").glob("step-*")] == ["step-00000004"]
+
+
+def test_resume_under_ddp_gives_the_same_losses(tmp_path, demo_dir):
+    """Dropout on: each rank's RNG state is saved and restored, not only rank 0's."""
+    extra = ["train.valid_every=3", "model.dropout=0.3"]
+    torchrun(tmp_path / "straight", demo_dir, *extra, "train.max_steps=6")
+    torchrun(tmp_path / "split", demo_dir, *extra, "train.max_steps=3")
+    torchrun(tmp_path / "split", demo_dir, *extra, "train.max_steps=6", "train.resume=true")
+    assert losses(tmp_path / "split") == losses(tmp_path / "straight")
+    payload = load_checkpoint(tmp_path / "split" / "checkpoints" / "last").payload
+    assert payload["world_size"] == 2 and len(payload["rng_ranks"]) == 2
+    a, b = weights(tmp_path / "split"), weights(tmp_path / "straight")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    # a single process cannot continue a 2-process run exactly: refused, naming the reason
+    args = ["data=demo", f"data.local_dir={demo_dir}", f"run_dir={tmp_path / 'split'}"]
+    resumed = [*args, *SMALL, *SMALL_RNN, *COMMON, *extra, "train.max_steps=9", "train.resume=true"]
+    assert cli.train(resumed) == cli.EXIT_USAGE
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 7])
+def test_batches_are_dealt_evenly_and_cover_the_epoch(world):
+    """Dealing batch i to rank i % world gives every rank as many batches; together they are the
+    epoch but for fewer than `world` batches; the deal is a pure function of seed and epoch."""
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(1, 30, (500,), generator=g).tolist()
+    data = Encoded([[5] * n for n in lengths], [[6] * n for n in lengths])
+    full = epoch_batches(data, 200, seed=3, epoch=1)
+    cut = epoch_batches(data, 200, seed=3, epoch=1, world=world)
+    assert cut == epoch_batches(data, 200, seed=3, epoch=1, world=world)
+    assert cut == full[: len(cut)] and len(full) - len(cut) < world
+    shares = [cut[rank::world] for rank in range(world)]
+    assert len({len(share) for share in shares}) == 1
+
+
+def test_more_ranks_than_batches_is_a_clear_error():
+    data = Encoded([[5, 2]] * 3, [[6]] * 3)
+    with pytest.raises(NMTError, match="batches for 8 processes"):
+        epoch_batches(data, 100, seed=0, epoch=0, world=8)
