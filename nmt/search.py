@@ -144,11 +144,12 @@ def _single_path(
                 maps = weights.new_zeros((batch, steps, *weights.shape[1:]), dtype=torch.float)
             maps[alive, t] = weights.float()
         done = (choice == EOS) | (t + 1 >= max_len[alive])
-        if bool(done.all()):
+        finished = int(done.sum())  # the step's one device-to-host read
+        if finished == done.size(0):
             break
-        if bool(done.any()):
-            keep = (~done).nonzero().squeeze(1)
-            state, alive, choice = state.reorder(keep), alive[keep], choice[keep]
+        if finished:
+            keep = (~done).nonzero().squeeze(1)  # one row per sentence: rows = sentences
+            state, alive, choice = state.reorder(keep, keep), alive[keep], choice[keep]
         prev = choice
 
     # one device-to-host copy per tensor, then plain Python
@@ -242,12 +243,15 @@ def beam_search(
         # contributes at most one EOS to the 2K)
         order = (is_eos.long() * (2 * k) + torch.arange(top.size(1), device=device)).argsort(1)
         pick = order[:, :k]  # (N, K)
-        keep = (~done).nonzero().squeeze(1)
-        scores = top_scores.gather(1, pick)[keep]
-        parent = rows.gather(1, pick)[keep].view(-1)  # (R',) rows of this step
-        prev = tokens.gather(1, pick)[keep].view(-1)
-        sentence = sentence[keep]
-        state = state.reorder(parent)
+        parent = rows.gather(1, pick)  # (N, K) rows of this step
+        scores, prev = top_scores.gather(1, pick), tokens.gather(1, pick)
+        if bool(done.any()):  # sentences leave: their per-sentence state goes too
+            keep = (~done).nonzero().squeeze(1)
+            scores, parent, prev, sentence = scores[keep], parent[keep], prev[keep], sentence[keep]
+            state = state.reorder(parent.view(-1), keep)
+        else:  # hypotheses change places within their sentences: keys and values stay put
+            state = state.reorder(parent.view(-1))
+        parent, prev = parent.view(-1), prev.view(-1)  # (R',)
         history = torch.cat([history[parent], prev.unsqueeze(1)], dim=1)
         if attention and weights is not None:
             step_maps = weights.float()[parent].unsqueeze(1)

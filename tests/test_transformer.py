@@ -42,7 +42,8 @@ def test_kv_cache_decoding_equals_the_full_forward_pass(norm, positions):
         for t in range(batch.tgt_in.size(1)):
             out, maps, state = model.decode_step(batch.tgt_in[:, t], state)
             steps.append(out)
-            assert state.self_keys[0].size(2) == t + 1  # the cache grows by one position a step
+            assert state.position == t + 1  # one position a step, written into a preallocated
+            assert state.self_keys[0].size(2) >= t + 1  # cache that doubles when full
     torch.testing.assert_close(torch.stack(steps, 1), logits, rtol=1e-5, atol=1e-5)
     assert maps.shape == (3, 2, 4, 7)  # (B, layers, heads, S)
     torch.testing.assert_close(maps.sum(-1), torch.ones(3, 2, 4))
@@ -68,6 +69,23 @@ def test_cross_attention_keys_are_projected_once_per_sentence(monkeypatch):
     cross = {id(layer.cross_attention) for layer in model.decoder.layers}
     assert sum(id(m) in cross for m in calls[before:]) == 0  # steps reuse the cached memory
     assert sum(id(m) in cross for m in calls[:before]) == 2  # init_state: once per layer
+
+
+def test_beam_steps_reorder_rows_but_not_the_sentences_keys():
+    """A beam step moves hypotheses within their sentences: the per-sentence cross-attention keys
+    are kept as they are (no copy); only when sentences leave are they selected."""
+    model = tiny()
+    batch = batch_of(3, [5, 3, 4])
+    with torch.no_grad():
+        state = model.init_state(model.encode(batch.src, batch.src_lens))
+        state = state.reorder(torch.arange(3).repeat_interleave(2))  # beam 2: rows 0,0,1,1,2,2
+        _, _, state = model.decode_step(torch.full((6,), 4), state)
+        moved = state.reorder(torch.tensor([1, 1, 2, 3, 5, 4]))
+        assert moved.cross_keys[0] is state.cross_keys[0] and moved.src_mask is state.src_mask
+        assert torch.equal(moved.self_keys[0][0], state.self_keys[0][1])
+        left = state.reorder(torch.tensor([0, 1, 4, 5]), sentences=torch.tensor([0, 2]))
+        assert torch.equal(left.cross_keys[0], state.cross_keys[0][[0, 2]])
+        assert left.src_mask.shape == (2, batch.src.size(1))
 
 
 def test_padding_does_not_change_a_sentence():

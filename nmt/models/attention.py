@@ -32,6 +32,17 @@ class Prepared(NamedTuple):
         return Prepared(self.keys.index_select(0, index), self.values.index_select(0, index))
 
 
+def group_rows(query: Tensor, sentences: int) -> Tensor:
+    """(R, T, ...) rows grouped by sentence -> (N, G*T, ...): the G rows of a sentence (its beam)
+    become G*T query positions over that sentence's keys, so the keys are never copied per row."""
+    return query.reshape(sentences, -1, *query.shape[2:])
+
+
+def ungroup_rows(x: Tensor, rows: int) -> Tensor:
+    """Inverse of `group_rows` on the query axis (dim 1): (N, G*T, ...) -> (R, T, ...)."""
+    return x.reshape(rows, -1, *x.shape[2:])
+
+
 class Scorer(nn.Module):
     """Base scorer: keys and values are the memory itself, one head."""
 
@@ -156,13 +167,20 @@ class Attention(nn.Module):
         return self.scorer.prepare(memory)
 
     def forward(self, query: Tensor, prepared: Prepared, src_mask: Tensor) -> tuple[Tensor, Tensor]:
-        """query (B, T, Q), src_mask (B, S) -> context (B, T, D), weights (B, h, T, S)."""
+        """query (R, T, Q) for R = N * G rows grouped by sentence (G = 1 outside beam search),
+        prepared keys/values and src_mask (N, S) of the N sentences -> context (R, T, D),
+        weights (R, h, T, S)."""
+        rows, sentences = query.size(0), src_mask.size(0)
+        query = group_rows(query, sentences)  # (N, G*T, Q)
         energies = self.scorer.energies(query, prepared.keys)
         energies = energies.masked_fill(~src_mask[:, None, None, :], float("-inf"))
         # softmax in fp32: under fp16/bf16 autocast a long source would otherwise lose mass
         weights = torch.softmax(energies.float(), dim=-1).type_as(prepared.values)
-        context = weights @ prepared.values  # (B, h, T, S) @ (B, h, S, dv) -> (B, h, T, dv)
-        return self.scorer.merge(context), weights
+        context = weights @ prepared.values  # (N, h, G*T, S) @ (N, h, S, dv) -> (N, h, G*T, dv)
+        context = ungroup_rows(self.scorer.merge(context), rows)  # (R, T, D)
+        # (N, h, G*T, S) -> (N, G*T, h, S) -> (R, T, h, S) -> (R, h, T, S)
+        weights = ungroup_rows(weights.transpose(1, 2), rows).transpose(1, 2)
+        return context, weights
 
 
 def build_attention(

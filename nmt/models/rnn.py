@@ -71,24 +71,25 @@ class RNNEncoder(nn.Module):
 
 @dataclass
 class RNNState:
-    """Decoder state; everything the next step needs, nothing stored on the modules."""
+    """Decoder state; everything the next step needs, nothing stored on the modules. Per row:
+    hidden, feed; per sentence: src_mask, prepared (see DecoderState)."""
 
-    hidden: Hidden  # (L, B, H) or (h, c)
-    src_mask: Tensor  # (B, S)
-    prepared: Prepared | None  # attention keys/values, computed once per batch
-    feed: Tensor | None  # Luong input feeding: h~_{t-1} (B, 1, H)
+    hidden: Hidden  # (L, R, H) or (h, c)
+    src_mask: Tensor  # (N, S)
+    prepared: Prepared | None  # attention keys/values of the N sentences, computed once
+    feed: Tensor | None  # Luong input feeding: h~_{t-1} (R, 1, H)
 
-    def reorder(self, index: Tensor) -> RNNState:
+    def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> RNNState:
         if isinstance(self.hidden, tuple):
-            hidden: Hidden = tuple(h.index_select(1, index) for h in self.hidden)
+            hidden: Hidden = tuple(h.index_select(1, rows) for h in self.hidden)
         else:
-            hidden = self.hidden.index_select(1, index)
-        return RNNState(
-            hidden,
-            self.src_mask.index_select(0, index),
-            None if self.prepared is None else self.prepared.index_select(index),
-            None if self.feed is None else self.feed.index_select(0, index),
-        )
+            hidden = self.hidden.index_select(1, rows)
+        src_mask, prepared = self.src_mask, self.prepared
+        if sentences is not None:
+            src_mask = src_mask.index_select(0, sentences)
+            prepared = None if prepared is None else prepared.index_select(sentences)
+        feed = None if self.feed is None else self.feed.index_select(0, rows)
+        return RNNState(hidden, src_mask, prepared, feed)
 
 
 class RNNDecoder(nn.Module):

@@ -2,10 +2,12 @@
 
 A decoder offers `init_state(encoder_output) -> state`, `step(prev_tokens, state) -> (logits,
 attention, state)` and `forward(tgt_in, state) -> (logits, attention)` (teacher forcing); its state
-offers `reorder(index)`. Attention comes as maps (B, L, h, S) per step: L attention layers (1 for
-the recurrent family), h heads (1 unless multi-head), so a Bahdanau scorer and a Transformer head
-can be shown the same way; teacher forcing may return None where computing them would cost speed.
-Search code (nmt/search.py) only talks to `Seq2Seq`, so it never asks which family it runs.
+offers `reorder(rows, sentences)`. A step may write its caches in place: the state passed to
+`step` is not to be used again, only the one it returns. Attention comes as maps (B, L, h, S) per
+step: L attention layers (1 for the recurrent family), h heads (1 unless multi-head), so a
+Bahdanau scorer and a Transformer head can be shown the same way; teacher forcing may return None
+where computing them would cost speed. Search code (nmt/search.py) only talks to `Seq2Seq`, so it
+never asks which family it runs.
 """
 
 from __future__ import annotations
@@ -26,8 +28,16 @@ class EncoderOutput:
 
 
 class DecoderState(Protocol):
-    def reorder(self, index: Tensor) -> DecoderState:
-        """Keep/duplicate batch rows: row i of the result is row index[i] of this state."""
+    """A decoder's state between steps. It holds two kinds of tensors: per row (one row per live
+    hypothesis: recurrent state, self-attention caches) and per sentence (what depends on the
+    source alone: attention keys and values, the source mask). Rows are grouped by sentence, the
+    same number per sentence and in sentence order (beam search's K rows of sentence 0 first), so
+    one sentence's keys serve all of its rows without being copied for each of them."""
+
+    def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> DecoderState:
+        """Row i of the result is row rows[i] of this state; with `sentences`, sentence j of the
+        result is sentence sentences[j] (None: the same sentences, as in a beam step where the
+        hypotheses of each sentence only change places). `rows` must keep the grouping."""
         ...
 
 

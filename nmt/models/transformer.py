@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from nmt.config import Activation, Norm, Positions, TransformerConfig
 from nmt.errors import NMTError
+from nmt.models.attention import group_rows, ungroup_rows
 from nmt.models.seq2seq import EncoderOutput
 from nmt.tokenizer import PAD
 
@@ -102,8 +103,13 @@ class MultiHeadAttention(nn.Module):
         causal: bool = False,
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
-        """x (B, T, d) queries; keys/values (B, h, S, k); mask broadcastable to (B, h, T, S),
-        True where attention is allowed -> output (B, T, d), weights (B, h, T, S) or None."""
+        """x (R, T, d) queries; keys/values (N, h, S, k); mask broadcastable to (N, h, T, S),
+        True where attention is allowed -> output (R, T, d), weights (R, h, T, S) or None.
+
+        R = N except in beam search's cross-attention, where the R = N * G rows are grouped by
+        sentence and each sentence's keys serve its G rows as G*T query positions (no copies)."""
+        rows = x.size(0)
+        x = group_rows(x, keys.size(0))  # (N, G*T, d)
         q = self.split(self.q(x))
         p = self.dropout if self.training else 0.0
         if need_weights:
@@ -119,7 +125,10 @@ class MultiHeadAttention(nn.Module):
                 q, keys, values, attn_mask=mask, dropout_p=p, is_causal=causal
             )
             weights = None
-        return self.out(context.transpose(1, 2).flatten(2)), weights
+        out = ungroup_rows(self.out(context.transpose(1, 2).flatten(2)), rows)  # (R, T, d)
+        if weights is not None:  # (N, h, G*T, S) -> (R, h, T, S)
+            weights = ungroup_rows(weights.transpose(1, 2), rows).transpose(1, 2)
+        return out, weights
 
 
 class FeedForward(nn.Sequential):
@@ -182,30 +191,45 @@ class TransformerEncoder(nn.Module):
         return EncoderOutput(self.norm(x), src_mask, None)
 
 
+def write_cache(cache: Tensor | None, new: Tensor, position: int) -> Tensor:
+    """Write `new` (R, h, n, k) at positions position.. of a preallocated (R, h, capacity, k)
+    cache, in place; a full (or missing) cache is replaced by one twice the size needed, so each
+    step writes one position instead of concatenating (copying) the whole history."""
+    end = position + new.size(2)
+    if cache is None or end > cache.size(2):
+        grown = new.new_empty(new.size(0), new.size(1), max(16, 2 * end), new.size(3))
+        if cache is not None:
+            grown[:, :, :position] = cache[:, :, :position]
+        cache = grown
+    cache[:, :, position:end] = new
+    return cache
+
+
 @dataclass
 class TransformerState:
-    """Per-layer caches. self_keys/values (B, h, t, k) for the t positions decoded so far;
-    cross_keys/values (B, h, S, k) projected from the memory once; position t of the next token."""
+    """Per-layer caches. Per row: self_keys/values (R, h, capacity, k), of which the first
+    `position` are filled (the positions decoded so far). Per sentence: cross_keys/values
+    (N, h, S, k), projected from the memory once, and src_mask (N, S). See DecoderState."""
 
     self_keys: list[Tensor | None]
     self_values: list[Tensor | None]
     cross_keys: list[Tensor]
     cross_values: list[Tensor]
-    src_mask: Tensor  # (B, S)
+    src_mask: Tensor  # (N, S)
     position: int
 
-    def reorder(self, index: Tensor) -> TransformerState:
-        def pick(items: list) -> list:
+    def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> TransformerState:
+        def pick(items: list, index: Tensor) -> list:
             return [None if x is None else x.index_select(0, index) for x in items]
 
+        cross_keys, cross_values, src_mask = self.cross_keys, self.cross_values, self.src_mask
+        if sentences is not None:
+            cross_keys, cross_values = pick(cross_keys, sentences), pick(cross_values, sentences)
+            src_mask = src_mask.index_select(0, sentences)
         return TransformerState(
-            pick(self.self_keys),
-            pick(self.self_values),
-            pick(self.cross_keys),
-            pick(self.cross_values),
-            self.src_mask.index_select(0, index),
-            self.position,
-        )
+            pick(self.self_keys, rows), pick(self.self_values, rows), cross_keys, cross_values,
+            src_mask, self.position,
+        )  # fmt: skip
 
 
 class DecoderLayer(nn.Module):
@@ -219,19 +243,28 @@ class DecoderLayer(nn.Module):
     def forward(
         self,
         x: Tensor,
-        self_kv: tuple[Tensor, Tensor] | None,
+        cache: tuple[Tensor | None, Tensor | None, int] | None,
         cross_kv: tuple[Tensor, Tensor],
         src_mask: Tensor,
         need_weights: bool,
-    ) -> tuple[Tensor, tuple[Tensor, Tensor], Tensor | None]:
-        """x (B, T, d) new positions; self_kv the cached (B, h, t, k) pair or None (teacher
-        forcing: no cache, causal mask) -> x, the extended cache, cross weights (B, h, T, S)."""
+    ) -> tuple[Tensor, tuple[Tensor, Tensor] | None, Tensor | None]:
+        """x (R, T, d) new positions; cache = (keys, values, position): the preallocated
+        self-attention cache (R, h, capacity, k) and the number of positions in it, or None
+        (teacher forcing: no cache, causal mask) -> x, the cache written one step on (or None),
+        cross-attention weights (R, h, T, S) or None."""
         y = self.sub_self.input(x)
         keys, values = self.self_attention.project_kv(y)
-        if self_kv is not None:
-            keys, values = torch.cat([self_kv[0], keys], dim=2), torch.cat([self_kv[1], values], 2)
-        # one new position may see every cached one; a whole target needs the causal mask
-        causal = self_kv is None and x.size(1) > 1
+        written = None
+        if cache is not None:
+            old_keys, old_values, position = cache
+            written = (
+                write_cache(old_keys, keys, position),
+                write_cache(old_values, values, position),
+            )
+            end = position + keys.size(2)
+            keys, values = written[0][:, :, :end], written[1][:, :, :end]
+        # new positions may see every cached one; a whole target needs the causal mask
+        causal = cache is None and x.size(1) > 1
         x = self.sub_self.output(x, self.self_attention(y, keys, values, causal=causal)[0])
         y, weights = self.cross_attention(
             self.sub_cross.input(x),
@@ -241,7 +274,7 @@ class DecoderLayer(nn.Module):
         )
         x = self.sub_cross.output(x, y)
         x = self.sub_ff.output(x, self.feed_forward(self.sub_ff.input(x)))
-        return x, (keys, values), weights
+        return x, written, weights
 
 
 class TransformerDecoder(nn.Module):
@@ -265,15 +298,14 @@ class TransformerDecoder(nn.Module):
     def step(
         self, prev: Tensor, state: TransformerState
     ) -> tuple[Tensor, Tensor, TransformerState]:
-        """prev (B,) -> logits (B, V), cross-attention (B, L, h, S), the state one position on."""
-        x = self.embed(prev.unsqueeze(1), offset=state.position)  # (B, 1, d)
+        """prev (R,) -> logits (R, V), cross-attention (R, L, h, S), the state one position on.
+        The self-attention caches are written in place: `state` itself is not to be reused."""
+        x = self.embed(prev.unsqueeze(1), offset=state.position)  # (R, 1, d)
         keys, values, maps = [], [], []
         for i, layer in enumerate(self.layers):
-            cached = None
-            if state.self_keys[i] is not None:
-                cached = (state.self_keys[i], state.self_values[i])
+            cache = (state.self_keys[i], state.self_values[i], state.position)
             x, (k, v), w = layer(
-                x, cached, (state.cross_keys[i], state.cross_values[i]), state.src_mask, True
+                x, cache, (state.cross_keys[i], state.cross_values[i]), state.src_mask, True
             )
             keys.append(k)
             values.append(v)
@@ -282,7 +314,7 @@ class TransformerDecoder(nn.Module):
         new = TransformerState(
             keys, values, state.cross_keys, state.cross_values, state.src_mask, state.position + 1
         )
-        return logits, torch.stack(maps, dim=1).squeeze(3), new  # maps: L x (B, h, 1, S)
+        return logits, torch.stack(maps, dim=1).squeeze(3), new  # maps: L x (R, h, 1, S)
 
     def forward(self, tgt_in: Tensor, state: TransformerState) -> tuple[Tensor, None]:
         """Teacher forcing: tgt_in (B, T) -> logits (B, T, V). No attention weights are kept, so
