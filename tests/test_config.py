@@ -20,7 +20,7 @@ def names(group: str) -> list[str]:
 def test_every_model_and_data_config_composes_and_builds(model, data):
     overrides = [f"model={model}", f"data={data}", "data.local_dir=x"]
     overrides += ["data.src_lang=de", "data.tgt_lang=en"]  # data=files leaves them to the user
-    cfg = cli._compose("train", overrides, None)
+    cfg = cli.compose_config("train", overrides)
     assert isinstance(cfg, TrainRunConfig)
     family = TransformerConfig if model.startswith("transformer") else RNNConfig
     assert isinstance(cfg.model, family) and cfg.model.name == model
@@ -31,7 +31,7 @@ def test_every_model_and_data_config_composes_and_builds(model, data):
 
 @pytest.mark.parametrize("experiment", names("experiment"))
 def test_every_experiment_composes_and_builds(experiment):
-    cfg = cli._compose("train", [f"experiment={experiment}"], None)
+    cfg = cli.compose_config("train", [f"experiment={experiment}"])
     build_model(cfg.model, 300, 300, shared_vocab=True)
     # the experiment file's first comment line is the command that runs it
     lines = (CONFIGS / "experiment" / f"{experiment}.yaml").read_text().splitlines()
@@ -43,17 +43,17 @@ def test_every_experiment_composes_and_builds(experiment):
 )
 @pytest.mark.parametrize("model", ["gru_bahdanau", "gru_luong"])
 def test_attention_is_one_config_value(model, attention):
-    cfg = cli._compose("train", [f"model={model}", f"model.attention={attention}"], None)
+    cfg = cli.compose_config("train", [f"model={model}", f"model.attention={attention}"])
     assert cfg.model.attention.value == attention
     build_model(cfg.model, 50, 50)
 
 
 def test_evaluate_and_translate_compose():
-    ev = cli._compose("evaluate", ["ckpt=somewhere", "split=valid"], None)
+    ev = cli.compose_config("evaluate", ["ckpt=somewhere", "split=valid"])
     assert ev.ckpt == "somewhere" and ev.split.value == "valid" and ev.data is None
-    ev = cli._compose("evaluate", ["ckpt=x", "data=multi30k"], None)
+    ev = cli.compose_config("evaluate", ["ckpt=x", "data=multi30k"])
     assert ev.data.name == "multi30k"
-    tr = cli._compose("translate", ["ckpt=x", "decode.max_len_b=3"], None)
+    tr = cli.compose_config("translate", ["ckpt=x", "decode.max_len_b=3"])
     assert tr.decode.max_len_b == 3
 
 
@@ -99,7 +99,7 @@ def test_user_config_dir_is_searched(tmp_path, capsys):
     (tmp_path / "model" / "mine.yaml").write_text(
         "defaults:\n  - rnn\n  - _self_\nname: mine\nhidden_size: 64\n"
     )
-    cfg = cli._compose("train", ["model=mine"], str(tmp_path))
+    cfg = cli.compose_config("train", ["model=mine"], str(tmp_path))
     assert cfg.model.name == "mine" and cfg.model.hidden_size == 64
 
 
@@ -117,7 +117,7 @@ def test_configs_ship_in_the_wheel():
 @pytest.mark.parametrize("decode", names("decode"))
 def test_every_decode_config_composes_for_every_entry_point(decode):
     for entry, extra in (("train", []), ("evaluate", ["ckpt=x"]), ("translate", ["ckpt=x"])):
-        cfg = cli._compose(entry, [f"decode={decode}", *extra], None)
+        cfg = cli.compose_config(entry, [f"decode={decode}", *extra])
         assert isinstance(cfg.decode, DecodeConfig) and cfg.decode.strategy.value == decode
 
 
@@ -139,5 +139,5 @@ def test_shared_embeddings_without_a_joint_vocabulary_fail_at_composition(capsys
     args = ["model=transformer_small", "data.tokenizer.joint=false"]
     assert cli.train(args) == cli.EXIT_USAGE
     assert "data.tokenizer.joint=true" in capsys.readouterr().err
-    cfg = cli._compose("train", [*args, "model.share_embeddings=false"], None)
+    cfg = cli.compose_config("train", [*args, "model.share_embeddings=false"])
     assert not cfg.model.share_embeddings
