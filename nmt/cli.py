@@ -6,7 +6,7 @@ choice, a missing file, a broken checkpoint) is one readable line and a non-zero
 
     nmt-train [--cfg] [--config-dir DIR] key=value ... group=choice ...
     nmt-train -m key=a,b,c ...   a sweep: one job per combination, run by Hydra's launcher
-    nmt-evaluate ckpt=DIR ...    nmt-translate ckpt=DIR ...
+    nmt-evaluate ckpt=DIR ...    nmt-translate ckpt=DIR ...    nmt-average run_dir=DIR last=N
 
 A sweep (`-m`/`--multirun`) goes through Hydra's own runtime, so launcher plugins
 (`hydra/launcher=joblib`, `submitit_slurm`, ...) work; but every job's config is composed onto the
@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nmt.config import (
+    AverageRunConfig,
     EvaluateRunConfig,
     RNNConfig,
     TrainRunConfig,
@@ -38,6 +39,12 @@ if TYPE_CHECKING:
     from omegaconf import DictConfig
 
 EXIT_USAGE = 2
+EXAMPLES = {
+    "train": "model=gru_luong model.attention=concat",
+    "evaluate": "ckpt=runs/NAME/checkpoints/best split=test",
+    "translate": "ckpt=runs/NAME/checkpoints/best",
+    "average": "run_dir=runs/NAME last=5",
+}
 SWEEP_SUMMARY = "sweep.jsonl"
 
 
@@ -57,6 +64,7 @@ def _register_schemas() -> None:
     store.store(name="train_schema", node=TrainRunConfig)
     store.store(name="evaluate_schema", node=EvaluateRunConfig)
     store.store(name="translate_schema", node=TranslateRunConfig)
+    store.store(name="average_schema", node=AverageRunConfig)
     store.store(group="model", name="rnn", node=RNNConfig)
     store.store(group="model", name="transformer", node=TransformerConfig)
 
@@ -363,7 +371,8 @@ def _run(
 ) -> int:
     parser = argparse.ArgumentParser(
         prog=f"nmt-{name}",
-        description=f"nmt {name}: Hydra overrides as key=value, e.g. model=gru_luong",
+        description=f"nmt {name}: Hydra overrides as key=value, e.g. {EXAMPLES[name]}",
+        epilog=f"configs/{name}.yaml lists every key with a comment; --cfg shows their values",
     )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides (key=value, group=choice)")
     parser.add_argument("--cfg", action="store_true", help="print the composed config and exit")
@@ -417,6 +426,12 @@ def translate(argv: list[str] | None = None) -> int:
     return _run("translate", translate_main, argv)
 
 
+def average(argv: list[str] | None = None) -> int:
+    from nmt.average import average_main
+
+    return _run("average", average_main, argv)
+
+
 def main_train() -> None:
     sys.exit(train())
 
@@ -427,3 +442,7 @@ def main_evaluate() -> None:
 
 def main_translate() -> None:
     sys.exit(translate())
+
+
+def main_average() -> None:
+    sys.exit(average())

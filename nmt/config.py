@@ -419,3 +419,22 @@ def load_run_config(path: Path) -> TrainRunConfig:
 
 def save_run_config(cfg: TrainRunConfig, path: Path) -> None:
     path.write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)), encoding="utf-8")
+
+
+@dataclass
+class AverageRunConfig:
+    run_dir: str | None = None  # average the newest `last` step checkpoints of run_dir/checkpoints
+    ckpts: list[str] | None = None  # or exactly these checkpoint directories
+    last: int = 5
+    out: str | None = None  # None = <run_dir>/checkpoints/average-last<N>
+    overwrite: bool = False  # replace an existing `out`
+
+    def __post_init__(self) -> None:
+        if (self.run_dir is None) == (self.ckpts is None):
+            raise NMTError("give run_dir=DIR (its newest checkpoints) or ckpts=[...], not both")
+        if self.ckpts is not None and not self.ckpts:
+            raise NMTError("ckpts=[] names no checkpoint")
+        if self.ckpts is not None and self.out is None:
+            raise NMTError("ckpts=[...] needs out=DIR (where the averaged checkpoint goes)")
+        if self.last < 1:
+            raise NMTError(f"last={self.last} must be >= 1")

@@ -48,6 +48,23 @@ def test_attention_is_one_config_value(model, attention):
     build_model(cfg.model, 50, 50)
 
 
+# the arguments each entry point cannot do without
+REQUIRED = {"train": [], "evaluate": ["ckpt=x"], "translate": ["ckpt=x"], "average": ["run_dir=x"]}
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in CONFIGS.glob("*.yaml")))
+def test_every_primary_config_composes(name):
+    cfg = cli.compose_config(name, REQUIRED[name])  # a new entry point must be listed above
+    assert type(cfg).__name__ == f"{name.capitalize()}RunConfig"
+
+
+def test_average_composes():
+    cfg = cli.compose_config("average", ["run_dir=runs/x", "last=3"])
+    assert (cfg.run_dir, cfg.ckpts, cfg.last, cfg.out) == ("runs/x", None, 3, None)
+    cfg = cli.compose_config("average", ["ckpts=[runs/a/checkpoints/step-2,b]", "out=c"])
+    assert cfg.ckpts == ["runs/a/checkpoints/step-2", "b"] and cfg.run_dir is None
+
+
 def test_evaluate_and_translate_compose():
     ev = cli.compose_config("evaluate", ["ckpt=somewhere", "split=valid"])
     assert ev.ckpt == "somewhere" and ev.split.value == "valid" and ev.data is None

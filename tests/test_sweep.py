@@ -128,7 +128,7 @@ def test_print_every_jobs_config(capsys):
     assert "attention: dot" in out and "attention: general" in out
 
 
-@pytest.mark.parametrize("main", [cli.evaluate, cli.translate])
+@pytest.mark.parametrize("main", [cli.evaluate, cli.translate, cli.average])
 def test_only_train_sweeps(main, capsys):
     err = error_of(["-m", "ckpt=a,b"], capsys, main)
     assert "only supported by nmt-train" in err
