@@ -264,3 +264,24 @@ def test_evaluate_with_sampling_and_greedy_runs_end_to_end(trained, tmp_path, ca
         for name in strategies
     }
     assert scores["beam"] > 40 and scores["greedy"] > 40 and scores["sample"] > 0, scores
+
+
+@pytest.mark.slow  # inductor compiles for minutes on 2 CPU cores
+def test_compiled_training_gives_the_losses_of_eager_training(tmp_path, demo_dir):
+    """train.compile=true (torch.compile of the training forward) changes speed, not results: the
+    same losses within float tolerance (inductor may fuse and reorder float operations)."""
+    common = [
+        "model=gru_luong",
+        "model.input_feeding=false",  # no Python loop over time steps: one graph per shape
+        "model.dropout=0.0",
+        "train.max_steps=3",
+        "train.log_every=1",
+        "train.valid_every=3",
+        "train.valid_bleu=false",
+        "train.metric=loss",
+    ]
+    train(tmp_path / "eager", demo_dir, *common)
+    train(tmp_path / "compiled", demo_dir, *common, "train.compile=true")
+    eager, compiled = losses(tmp_path / "eager"), losses(tmp_path / "compiled")
+    assert sorted(compiled) == [1, 2, 3]
+    assert compiled == pytest.approx(eager, rel=1e-4)
