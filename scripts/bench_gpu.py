@@ -1,0 +1,332 @@
+"""GPU benchmark: training tokens/s and peak memory, translation tokens/s; one JSON document.
+
+    scripts/bench_gpu.sh [--out FILE]             # on a CUDA machine: under 10 minutes on one H100
+    scripts/bench_gpu.sh --device cpu --quick     # the same pipeline, tiny, on the CPU (a check)
+
+Training rows: GRU + Bahdanau (emb 256, hidden 256), Transformer small and base, each in fp32 and
+bf16, each without and with `train.compile=true`, timed by `scripts/bench_train.py` (which reports
+the median target tokens/s of its windows and the peak GPU memory allocated by the timed updates).
+Translation rows: a GRU + Bahdanau and a Transformer small checkpoint trained here for a few
+hundred updates, timed by `scripts/bench_translate.py` (greedy and beam 5, batch 64 over the whole
+test file and batch 1 over its first sentences).
+
+Every row runs in its own process (a fresh CUDA context: peak memory and compilation caches are
+not shared) under a time limit, and the whole run under a budget (`--budget-s`): a row that does
+not fit is recorded as skipped with the reason, never silently dropped. Rows run cheapest and most
+informative first (eager training, translation, then compiled training). Progress goes to stderr;
+the JSON goes to stdout and to `--out` (default `$OUT/bench_gpu.json` when $OUT is set).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"  # ../shared/data/multi30k of the checkout
+DEMO = ROOT / "data" / "demo"
+
+# model rows: (name, overrides); sizes as in docs/benchmarks.md
+MODELS = {
+    "gru_bahdanau": ["model=gru_bahdanau", "model.emb_size=256", "model.hidden_size=256"],
+    "transformer_small": ["model=transformer_small"],
+    "transformer_base": ["model=transformer_base"],
+}
+# --quick: the same rows with tiny sizes (the sizes of tests/test_train.py), so the CPU gets
+# through the whole pipeline in about a minute
+QUICK_SIZES = {
+    "gru_bahdanau": ["model.emb_size=64", "model.hidden_size=64"],
+    "transformer_small": ["model.d_model=32", "model.ff_size=64", "model.encoder_layers=2"],
+    "transformer_base": [
+        "model.d_model=32", "model.heads=4", "model.ff_size=64",
+        "model.encoder_layers=1", "model.decoder_layers=1",
+    ],
+}  # fmt: skip
+TRANSLATE_MODELS = ["transformer_small", "gru_bahdanau"]
+PRECISIONS = ["fp32", "bf16"]
+
+
+def log(message: str) -> None:
+    print(f"bench_gpu: {message}", file=sys.stderr, flush=True)
+
+
+def json_documents(text: str) -> list:
+    """Every JSON value printed in `text` (one-line or indented), in order; other lines skipped."""
+    decoder, found, i = json.JSONDecoder(), [], 0
+    while i < len(text):
+        start = min((p for p in (text.find("{", i), text.find("[", i)) if p >= 0), default=-1)
+        if start < 0:
+            break
+        try:
+            value, i = decoder.raw_decode(text, start)
+            found.append(value)
+        except json.JSONDecodeError:
+            i = start + 1
+    return found
+
+
+class Budget:
+    """The wall-clock budget of the whole benchmark; each child gets what is left, at most its
+    own limit."""
+
+    def __init__(self, seconds: float, row_limit: float, minimum: float) -> None:
+        self.end = time.monotonic() + seconds
+        self.row_limit, self.minimum = row_limit, minimum
+
+    def left(self) -> float:
+        return self.end - time.monotonic()
+
+    def run(self, argv: list[str], limit: float | None = None) -> tuple[str | None, str | None]:
+        """Run a child; returns (its stdout, None) or (None, why it failed or did not run)."""
+        left = self.left()
+        if left < self.minimum:
+            return (
+                None,
+                f"time budget spent ({max(left, 0):.0f} s left, a row needs {self.minimum:.0f})",
+            )
+        timeout = min(limit or self.row_limit, left)
+        # a session of its own, so a timeout also ends the compile workers it may have started
+        child = subprocess.Popen(
+            argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            start_new_session=True,
+        )  # fmt: skip
+        try:
+            out, err = child.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):  # a worker that left the group
+                child.communicate(timeout=10)  # may hold the pipes: do not wait on it
+            return None, f"timed out after {timeout:.0f} s"
+        if child.returncode != 0:
+            tail = [line for line in err.strip().splitlines() if line.strip()][-3:]
+            return None, f"exit status {child.returncode}: {' | '.join(tail)}"
+        return out, None
+
+    def run_json(self, argv: list[str]) -> tuple[dict | None, str | None]:
+        """Run a benchmark script; returns the last JSON document it printed (its summary)."""
+        out, why = self.run(argv)
+        if out is None:
+            return None, why
+        documents = json_documents(out)
+        return (documents[-1], None) if documents else (None, "printed no JSON")
+
+
+def compile_available(data: list[str]) -> bool:
+    """Whether this checkout's trainer knows `train.compile` (composition only, nothing runs)."""
+    from nmt import cli
+
+    sink = io.StringIO()
+    with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+        return cli.train(["--cfg", *data, "train.compile=false"]) == 0
+
+
+def checkout() -> str | None:
+    """The commit measured, with "+dirty" when the working tree differs from it."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        )
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True)
+    except OSError:
+        return None
+    if head.returncode != 0:
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def choose_data(args: argparse.Namespace, quick_dir: Path) -> tuple[dict, list[str], Path]:
+    """(description, data overrides, test source file): Multi30k from ../shared when present,
+    else the demo corpus (generated when missing); --quick always uses a small demo corpus."""
+    if args.quick:
+        from nmt.demo import write_demo_corpus
+
+        corpus = write_demo_corpus(quick_dir, n_train=2000, n_valid=50, n_test=50)
+        overrides = ["data=demo", f"data.local_dir={corpus}", "data.tokenizer.vocab_size=400"]
+        return {"name": "demo (quick)", "dir": str(corpus)}, overrides, corpus / "test.de"
+    if args.data in ("auto", "multi30k") and (MULTI30K / "train.de").is_file():
+        overrides = ["data=multi30k", f"data.local_dir={MULTI30K}"]
+        return (
+            {"name": "multi30k", "dir": str(MULTI30K)},
+            overrides,
+            MULTI30K / "test_2016_flickr.de",
+        )
+    if args.data == "multi30k":
+        raise SystemExit(f"bench_gpu: --data multi30k but {MULTI30K} has no train.de")
+    if not (DEMO / "train.de").is_file():
+        log(f"{MULTI30K} not found: generating the demo corpus in {DEMO}")
+        subprocess.run([sys.executable, "-m", "nmt.demo", "--out", str(DEMO)], cwd=ROOT, check=True)
+    overrides = ["data=demo", f"data.local_dir={DEMO}"]
+    return {"name": "demo", "dir": str(DEMO)}, overrides, DEMO / "test.de"
+
+
+def train_rows(args, budget: Budget, data: list[str], compiled: bool, can_compile: bool) -> list:
+    rows = []
+    for name, model in MODELS.items():
+        for precision in PRECISIONS:
+            row = {"model": name, "precision": precision, "compile": compiled}
+            if compiled and not can_compile:
+                rows.append({**row, "skipped": "train.compile not available"})
+                continue
+            overrides = [
+                *data, *model, *(QUICK_SIZES[name] if args.quick else []),
+                f"device={args.device}", f"train.precision={precision}",
+                f"train.batch_tokens={args.batch_tokens}",
+                *([f"train.compile={str(compiled).lower()}"] if can_compile else []),
+            ]  # fmt: skip
+            argv = [sys.executable, "scripts/bench_train.py", *overrides]
+            argv += ["--windows", str(args.windows), "--steps", str(args.steps)]
+            log(f"train {name} {precision}{' compiled' if compiled else ''}")
+            result, why = budget.run_json(argv)
+            if result is None:
+                rows.append({**row, "skipped": why})
+                log(f"  skipped: {why}")
+                continue
+            rows.append(
+                {
+                    **row,
+                    "tgt_tokens_per_s": result["median_tgt_tokens_per_s"],
+                    "windows_tgt_tokens_per_s": result["windows_tgt_tokens_per_s"],
+                    "peak_memory_mib": result.get("peak_memory_mib"),
+                    "parameters": result["parameters"],
+                    "batch_tokens": result["batch_tokens"],
+                    "steps_per_window": result["steps_per_window"],
+                }
+            )
+            done = rows[-1]
+            log(f"  {done['tgt_tokens_per_s']} tgt tokens/s, peak {done['peak_memory_mib']} MiB")
+    return rows
+
+
+def translate_rows(args, budget: Budget, data: list[str], source: Path, work: Path) -> list:
+    """Train each model briefly with nmt-train, then time bench_translate.py on the test file:
+    batch 64 over all of it, batch 1 over its first `--batch1-sentences` (one search per
+    sentence is slow; the rate is per sentence and per token either way)."""
+    rows = []
+    for name in TRANSLATE_MODELS:
+        run_dir = work / name
+        steps = args.translate_train_steps
+        overrides = [
+            *data, *MODELS[name], *(QUICK_SIZES[name] if args.quick else []),
+            f"device={args.device}", f"run_dir={run_dir}", f"train.max_steps={steps}",
+            f"train.valid_every={steps}", "train.valid_bleu=false", "train.metric=loss",
+            f"train.log_every={max(steps // 4, 1)}",
+            *(["train.scheduler=noam", "train.warmup_steps=100"] if "transformer" in name else []),
+        ]  # fmt: skip
+        log(f"translate {name}: training {steps} updates")
+        started = time.monotonic()
+        argv = [sys.executable, "-c", "from nmt.cli import main_train; main_train()", *overrides]
+        _, why = budget.run(argv, limit=args.row_timeout_s * 2)
+        row = {"model": name, "train_steps": steps}
+        if why is not None:
+            rows.append({**row, "skipped": f"training: {why}"})
+            log(f"  skipped: training: {why}")
+            continue
+        row["train_s"] = round(time.monotonic() - started, 1)
+        ckpt = run_dir / "checkpoints" / "last"
+        results = []
+        for batch_size, limit, repeats in (
+            (64, 0, args.repeats),
+            (1, args.batch1_sentences, 1),
+        ):
+            argv = [
+                sys.executable, "scripts/bench_translate.py", str(ckpt), "--src", str(source),
+                "--strategies", "greedy", "beam", "--beam-size", "5",
+                "--batch-sizes", str(batch_size), "--repeats", str(repeats),
+                "--limit", str(limit), "--device", args.device,
+            ]  # fmt: skip
+            log(f"translate {name}: batch {batch_size}")
+            result, why = budget.run_json(argv)
+            if result is None:
+                results.append({"batch_size": batch_size, "skipped": why})
+                log(f"  skipped: {why}")
+                continue
+            results += result["results"]
+            row.setdefault("parameters", result["parameters"])
+        rows.append({**row, "results": results})
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda", help="cuda (default), cuda:N or cpu")
+    parser.add_argument("--quick", action="store_true", help="tiny models and runs (a CPU check)")
+    parser.add_argument("--data", choices=["auto", "multi30k", "demo"], default="auto")
+    parser.add_argument("--out", help="also write the JSON here (default: $OUT/bench_gpu.json)")
+    parser.add_argument("--budget-s", type=float, help="wall-clock budget of the whole run")
+    parser.add_argument("--row-timeout-s", type=float, help="time limit of one row")
+    args = parser.parse_args()
+    started = time.monotonic()
+
+    import torch
+
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit(
+            f"bench_gpu: CUDA is not available here (torch {torch.__version__}, built for CUDA "
+            f"{torch.version.cuda}); run it on a GPU machine, or check the pipeline on the CPU "
+            "with: scripts/bench_gpu.sh --device cpu --quick"
+        )
+    # sizes of the runs: a full GPU run fits 10 minutes on one H100; --quick fits 2 on 2 cores
+    quick = args.quick
+    args.batch_tokens = 600 if quick else 4096
+    args.windows, args.steps = (1, 3) if quick else (3, 20)
+    args.translate_train_steps = 20 if quick else 300
+    args.repeats = 1 if quick else 3
+    args.batch1_sentences = 8 if quick else 100
+    args.budget_s = args.budget_s or (110.0 if quick else 540.0)
+    args.row_timeout_s = args.row_timeout_s or (40.0 if quick else 150.0)
+    budget = Budget(args.budget_s - (time.monotonic() - started), args.row_timeout_s, 10.0)
+
+    from nmt.device import describe, resolve_device
+
+    with tempfile.TemporaryDirectory(prefix="bench_gpu.") as tmp:
+        work = Path(tmp)
+        data_info, data, source = choose_data(args, work / "demo")
+        can_compile = compile_available(data)
+        if not can_compile:
+            log("train.compile is not a key of this checkout's config: compiled rows skipped")
+        eager = train_rows(args, budget, data, False, can_compile)
+        translation = translate_rows(args, budget, data, source, work)
+        compiled = train_rows(args, budget, data, True, can_compile)
+
+    report = {
+        "benchmark": "bench_gpu",
+        "commit": checkout(),
+        "data": data_info,
+        "settings": {
+            "quick": quick,
+            "batch_tokens": args.batch_tokens,
+            "windows": args.windows,
+            "steps_per_window": args.steps,
+            "translate_train_steps": args.translate_train_steps,
+            "translate_repeats_batch_64": args.repeats,
+            "translate_sentences_batch_1": args.batch1_sentences,
+            "budget_s": args.budget_s,
+            "row_timeout_s": args.row_timeout_s,
+        },
+        "train": eager + compiled,
+        "translate": translation,
+        "wall_s": round(time.monotonic() - started, 1),
+        **describe(resolve_device(args.device)),
+    }
+    text = json.dumps(report, indent=2)
+    print(text)
+    out = args.out or (
+        str(Path(os.environ["OUT"]) / "bench_gpu.json") if os.environ.get("OUT") else None
+    )
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(text + "\n", encoding="utf-8")
+        log(f"written to {out}")
+
+
+if __name__ == "__main__":
+    main()
