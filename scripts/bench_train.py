@@ -23,7 +23,7 @@ import torch
 
 from nmt import cli
 from nmt.data import epoch_batches
-from nmt.device import describe, resolve_device
+from nmt.device import check_precision, describe, resolve_device
 from nmt.train import Trainer, prepare_run
 
 
@@ -36,6 +36,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as run_dir:
         cfg = cli._compose("train", [*args.overrides, f"run_dir={run_dir}"], None)
         device = resolve_device(cfg.device)
+        check_precision(device, cfg.train.precision)
         data, model, _ = prepare_run(cfg)
         trainer = Trainer(cfg, model, data, device)
         batches = epoch_batches(data.train, cfg.train.batch_tokens, cfg.seed, 0)

@@ -109,6 +109,12 @@ def test_fused_and_explicit_attention_agree():
     explicit, weights = attention(x, keys, values, mask, need_weights=True)
     assert none is None and weights.shape == (2, 4, 5, 7)
     torch.testing.assert_close(fused, explicit, rtol=1e-5, atol=1e-5)
+    # causal self-attention: the explicit path masks the future as SDPA's is_causal does
+    self_kv = attention.project_kv(x)
+    fused, _ = attention(x, *self_kv, causal=True)
+    explicit, weights = attention(x, *self_kv, causal=True, need_weights=True)
+    torch.testing.assert_close(fused, explicit, rtol=1e-5, atol=1e-5)
+    assert float(weights.triu(1).abs().max()) == 0.0
 
 
 def test_positions_work_past_every_table():

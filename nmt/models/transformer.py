@@ -117,6 +117,9 @@ class MultiHeadAttention(nn.Module):
             energies = q @ keys.transpose(-2, -1) / math.sqrt(q.size(-1))
             if mask is not None:
                 energies = energies.masked_fill(~mask, float("-inf"))
+            if causal:  # as SDPA's is_causal: query i sees keys 0..i (square, no cache)
+                future = torch.ones(energies.shape[-2:], dtype=torch.bool, device=q.device)
+                energies = energies.masked_fill(future.triu(1), float("-inf"))
             weights = torch.softmax(energies.float(), dim=-1).type_as(q)
             context = F.dropout(weights, p, self.training) @ values
         else:
