@@ -315,6 +315,7 @@ def sweep_train(overrides: list[str], extra_dir: str | None, print_only: bool = 
             prefix = f"job {i} of {n} ({' '.join(job) or 'defaults'}): "
             configs.append(_composed("train", job, extra_dir, prefix))  # type: ignore[arg-type]
         if print_only:
+            print("# each job's run_dir is set when it runs: <hydra.sweep.dir>/<job number>")
             for i, (job, cfg) in enumerate(zip(sweep.jobs, configs)):
                 print(f"# job {i}: {' '.join(job)}")
                 print(OmegaConf.to_yaml(OmegaConf.structured(cfg)), end="")
