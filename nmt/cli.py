@@ -189,15 +189,16 @@ def _expand(overrides: list[str]) -> _Sweep:
     )
 
 
-def _sweep_dir(settings: list[str], extra_dir: str | None) -> Path:
+def _sweep_dir(overrides: list[str], extra_dir: str | None) -> Path:
     """hydra.sweep.dir resolved once here (its ${now:} timestamp too), so that every job and the
-    summary agree on it, whichever launcher runs the jobs."""
+    summary agree on it, whichever launcher runs the jobs. The overrides are the hydra.* ones and
+    the first job's (an experiment=... config may set hydra.sweep.dir)."""
     from hydra import compose
 
     try:
         cfg = compose(
             config_name="train",
-            overrides=[*settings, *_search_path(extra_dir)],
+            overrides=[*overrides, *_search_path(extra_dir)],
             return_hydra_config=True,
         )
         return Path(str(cfg.hydra.sweep.dir)).resolve()
@@ -320,7 +321,7 @@ def sweep_train(overrides: list[str], extra_dir: str | None, print_only: bool = 
                 print(f"# job {i}: {' '.join(job)}")
                 print(OmegaConf.to_yaml(OmegaConf.structured(cfg)), end="")
             return 0
-        sweep_dir = _sweep_dir(sweep.settings, extra_dir)
+        sweep_dir = _sweep_dir([*sweep.jobs[0], *sweep.settings], extra_dir)
         restarts = all(c.train.resume or c.train.overwrite for c in configs)
         # what Hydra writes before the first job (multirun.yaml, submitit's logs) is no sweep yet
         held = [p for p in sweep_dir.glob("*") if p.name not in ("multirun.yaml", ".submitit")]
