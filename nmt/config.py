@@ -293,10 +293,17 @@ class DecodeConfig:
     top_p: float = 1.0  # sample only: from the smallest set with this much probability mass
     seed: int = 1234  # sample only
     batch_size: int = 64  # sentences per decoding batch
+    # `Translator` cuts a source longer than this many pieces (EOS included) to its first pieces and
+    # warns, naming the line; 0 = no cap. A decode setting rather than a Translator argument: the
+    # library, nmt-translate and nmt-evaluate all pass a DecodeConfig (and a checkpoint stores
+    # one), and the target length limit above follows the source length, so the cap bounds both.
+    max_src_pieces: int = 1024  # as CTranslate2's max_input_length (and model.max_positions)
 
     def __post_init__(self) -> None:
         if self.beam_size < 1 or self.n_best < 1 or self.batch_size < 1:
             raise NMTError("decode.beam_size, decode.n_best and decode.batch_size must be >= 1")
+        if self.max_src_pieces == 1 or self.max_src_pieces < 0:
+            raise NMTError("decode.max_src_pieces must be 0 (no cap) or >= 2 (pieces and EOS)")
         if self.strategy == Strategy.beam and self.n_best > self.beam_size:
             raise NMTError(f"decode.n_best={self.n_best} exceeds decode.beam_size={self.beam_size}")
         if self.strategy == Strategy.greedy and self.n_best != 1:
