@@ -7,8 +7,11 @@ Layout of a run's checkpoints::
     checkpoints/best -> step-00000800
 
 A step directory is filled under a temporary name and renamed into place only when complete;
-`last` and `best` are symlinks replaced in one atomic rename. `ckpt.pt` holds primitives and
-tensors only, so it loads with ``torch.load(weights_only=True)``: a checkpoint cannot run code.
+`last` and `best` are symlinks replaced in one atomic rename, and the parent directory is fsynced
+after each rename so that a power cut cannot undo a completed save. A save that fails (a full
+disk) removes its partial directory and leaves every earlier checkpoint and link as it was.
+`ckpt.pt` holds primitives and tensors only, so it loads with ``torch.load(weights_only=True)``:
+a checkpoint cannot run code.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,8 +56,8 @@ def save_checkpoint(
         final = root / f"{step_name(step)}-{n}"
     tmp = root / f".{final.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
     try:
+        tmp.mkdir()
         payload = {"format": FORMAT_VERSION, "step": step, **payload}
         payload["vocab_digest"] = {"src": vocabs.src.digest(), "tgt": vocabs.tgt.digest()}
         with open(tmp / CKPT_FILE, "wb") as f:
@@ -63,11 +67,31 @@ def save_checkpoint(
         save_run_config(cfg, tmp / CONFIG_FILE)
         for path in vocabs.files():
             shutil.copy2(path, tmp / path.name)
+        _fsync_dir(tmp)
         os.rename(tmp, final)
-    except BaseException:
+        _fsync_dir(root)
+    except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)  # a failed save leaves nothing behind
+        if isinstance(err, OSError):  # ENOSPC, EDQUOT, EIO, permissions: one line, not a trace
+            raise NMTError(
+                f"cannot save checkpoint {final.name} in {root}: {err.strerror or err}; "
+                "the checkpoints already there are intact"
+            ) from err
         raise
     return final
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make the entries of `path` (a rename into it) durable; a no-op where directories cannot
+    be opened (Windows)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def point(root: Path, link: str, target: Path) -> None:
@@ -76,6 +100,7 @@ def point(root: Path, link: str, target: Path) -> None:
     tmp.unlink(missing_ok=True)
     os.symlink(target.name, tmp)
     os.replace(tmp, root / link)
+    _fsync_dir(root)
 
 
 def prune(root: Path, keep_last: int) -> None:
@@ -126,6 +151,40 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
             "(different vocabulary)"
         )
     return Checkpoint(path, payload, config, vocabs)
+
+
+def load_resume_point(root: Path, warn: Callable[[str], None]) -> Checkpoint:
+    """The checkpoint a run resumes from: `last`, or when that one cannot be read (truncated by
+    a crash of the filesystem, damaged on disk) the newest step directory that can, with a warning
+    that names the damaged one. Raises NMTError when none is readable."""
+    errors = []
+    candidates = [root / "last", *sorted(root.glob("step-*"), key=_step_key, reverse=True)]
+    seen = set()
+    for path in candidates:
+        real = path.resolve()
+        if real in seen or not path.is_dir():
+            continue
+        seen.add(real)
+        try:
+            ckpt = load_checkpoint(real)  # errors name the step directory, not `last`
+        except NMTError as err:
+            errors.append(str(err))
+            continue
+        for error in errors:
+            warn(f"warning: skipping a damaged checkpoint: {error}")
+        if errors:
+            warn(f"warning: resuming from the newest readable checkpoint instead: {ckpt.path}")
+        return ckpt
+    raise NMTError(f"no readable checkpoint in {root}: " + "; ".join(errors or ["none found"]))
+
+
+def _step_key(path: Path) -> tuple[int, int]:
+    """step-00000200-1 (a second save of step 200) sorts after step-00000200."""
+    parts = path.name.split("-")
+    try:
+        return int(parts[1]), int(parts[2]) if len(parts) > 2 else 0
+    except (IndexError, ValueError):
+        return -1, 0
 
 
 def restore_model(ckpt: Checkpoint, device: torch.device) -> Seq2Seq:

@@ -261,14 +261,23 @@ class TrainConfig:
     keep_last: int = 2  # step checkpoints kept besides `best`
     precision: Precision = Precision.fp32
     compile: bool = False  # torch.compile the model for training (validation and search stay eager)
-    resume: bool = False  # continue from run_dir/checkpoints/last
+    resume: bool = False  # continue exactly from run_dir/checkpoints/last
     overwrite: bool = False  # allow starting over in a run_dir that has checkpoints
+    init_from: str | None = None  # a checkpoint: new run from its weights and tokenizer
+    max_bad_updates: int = 5  # NaN/inf or out-of-memory updates in a row before the run stops
 
     def __post_init__(self) -> None:
         if self.max_steps < 1 or self.batch_tokens < 1 or self.accum_steps < 1:
             raise NMTError("train.max_steps, train.batch_tokens and train.accum_steps must be >= 1")
         if self.resume and self.overwrite:
             raise NMTError("train.resume and train.overwrite exclude each other")
+        if self.resume and self.init_from:
+            raise NMTError(
+                "train.resume continues this run; train.init_from starts a new one from another "
+                "run's weights: give one of them"
+            )
+        if self.max_bad_updates < 1:
+            raise NMTError("train.max_bad_updates must be >= 1")
         if self.valid_every < 1 or self.log_every < 1:
             raise NMTError("train.valid_every and train.log_every must be >= 1")
         if self.metric == Metric.bleu and not self.valid_bleu:

@@ -10,6 +10,7 @@ batches of an update are dealt out to the processes (see `Trainer.update`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import shutil
@@ -24,7 +25,14 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from nmt.checkpoint import Checkpoint, load_checkpoint, point, prune, save_checkpoint
+from nmt.checkpoint import (
+    Checkpoint,
+    load_checkpoint,
+    load_resume_point,
+    point,
+    prune,
+    save_checkpoint,
+)
 from nmt.config import Metric, Optimizer, Precision, Split, TrainRunConfig
 from nmt.data import (
     Encoded,
@@ -51,9 +59,12 @@ from nmt.errors import NMTError
 from nmt.evaluate import bleu
 from nmt.models import build_model
 from nmt.models.seq2seq import Seq2Seq
+from nmt.preemption import StopRequest
 from nmt.schedule import LRSchedule
 from nmt.search import decode_all
 from nmt.tokenizer import PAD, Vocabs, load_vocabs, train_vocabs
+
+MIN_LOSS_SCALE = 1e-4  # below this an fp16 run cannot recover (fairseq stops at the same point)
 
 
 @dataclass
@@ -153,14 +164,51 @@ def _set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _check_same_model(cfg: TrainRunConfig, stored: TrainRunConfig) -> None:
-    """Resuming with another architecture would fail deep in load_state_dict; say it plainly."""
-    if cfg.model != stored.model:
-        now, then = vars(cfg.model), vars(stored.model)
-        diff = ", ".join(
-            f"model.{k}={then[k]} (now {now.get(k)})" for k in then if now.get(k) != then[k]
+def _flat(obj, prefix: str) -> dict:
+    """A config dataclass as {"data.tokenizer.vocab_size": 8000, ...}."""
+    if not dataclasses.is_dataclass(obj):
+        return {prefix: obj.value if hasattr(obj, "value") else obj}
+    out = {}
+    for f in dataclasses.fields(obj):
+        out.update(_flat(getattr(obj, f.name), f"{prefix}.{f.name}"))
+    return out
+
+
+def _differences(now: dict, then: dict) -> list[str]:
+    keys = [k for k in then if now.get(k) != then[k]] + [k for k in now if k not in then]
+    return [f"{k}={then.get(k)} (now {now.get(k)})" for k in keys]
+
+
+def _check_same_model(cfg: TrainRunConfig, stored: TrainRunConfig, why: str) -> None:
+    """Loading weights into another architecture would fail deep in load_state_dict; say it
+    plainly."""
+    diff = _differences(_flat(cfg.model, "model"), _flat(stored.model, "model"))
+    if diff:
+        raise NMTError(f"{why}: the checkpoint was trained with {', '.join(diff)}")
+
+
+def _schedule_keys(cfg: TrainRunConfig) -> dict:
+    """What the saved data position (epoch, batch index) and random streams mean: with another
+    corpus, tokenizer, batching or seed the same position names other batches."""
+    return {
+        **_flat(cfg.data, "data"),
+        "train.batch_tokens": cfg.train.batch_tokens,
+        "train.accum_steps": cfg.train.accum_steps,
+        "seed": cfg.seed,
+    }
+
+
+def _check_same_schedule(cfg: TrainRunConfig, stored: TrainRunConfig, where: Path) -> None:
+    """Exact resume continues the stored batch order; refuse settings that would silently make it
+    another one, and say how to start afresh from the weights instead."""
+    diff = _differences(_schedule_keys(cfg), _schedule_keys(stored))
+    if diff:
+        raise NMTError(
+            f"train.resume: this run changes {', '.join(diff)}; resuming would not continue the "
+            "same batches. Resume with the stored values, or start a new run from these weights: "
+            f"run_dir=NEW train.init_from={where} (new optimizer, schedule, step count and data "
+            "order)"
         )
-        raise NMTError(f"train.resume: the checkpoint was trained with {diff}")
 
 
 @dataclass
@@ -190,10 +238,15 @@ def prepare_run(
     run_dir = Path(cfg.run_dir)
     train_corpus = read_split(cfg.data, Split.train)
     valid_corpus = read_split(cfg.data, Split.valid)
-    resume = load_checkpoint(root / "last") if cfg.train.resume else None
+    say = _print_err if where.main else _silent
+    resume = load_resume_point(root, say) if cfg.train.resume else None
+    init = _load_init(cfg, say) if cfg.train.init_from else None
     if resume is not None:
-        _check_same_model(cfg, resume.config)
+        _check_same_model(cfg, resume.config, "train.resume")
+        _check_same_schedule(cfg, resume.config, resume.path)
         vocabs = resume.vocabs
+    elif init is not None:
+        vocabs = init.vocabs
     else:
         if where.main:
             train_vocabs(train_corpus.src, train_corpus.tgt, run_dir, cfg.data.tokenizer)
@@ -204,7 +257,28 @@ def prepare_run(
         raise NMTError("no training pairs left after length filtering (data.max_len)")
     data = RunData(vocabs, train_data, encode(valid_corpus, vocabs), valid_corpus.tgt)
     model = build_model(cfg.model, len(vocabs.src), len(vocabs.tgt), vocabs.joint)
+    if init is not None:
+        model.load_state_dict(init.payload["model"])
     return data, model, resume
+
+
+def _load_init(cfg: TrainRunConfig, say) -> Checkpoint:
+    """train.init_from: a new run that starts from another run's weights and tokenizer."""
+    init = load_checkpoint(cfg.train.init_from)
+    _check_same_model(cfg, init.config, "train.init_from")
+    key = "data.tokenizer"
+    diff = _differences(_flat(cfg.data.tokenizer, key), _flat(init.config.data.tokenizer, key))
+    if diff:
+        raise NMTError(
+            "train.init_from keeps the checkpoint's tokenizer (the embeddings are tied to it): "
+            + ", ".join(diff)
+        )
+    say(
+        f"nmt-train: starting from the weights and tokenizer of {init.path} (step "
+        f"{init.payload['step']}); optimizer, learning-rate schedule, step count, data order and "
+        "early stopping start afresh"
+    )
+    return init
 
 
 class Trainer:
@@ -249,6 +323,9 @@ class Trainer:
         self.progress = Progress()
         self.saved_step = -1  # step of the newest checkpoint
         self.log: TextIO | None = None
+        self.bad_in_row = 0  # consecutive skipped updates (NaN/inf, out of memory)
+        self.skipped = 0  # skipped updates since the last log line
+        self.say = _print_err if where.main else _silent
 
     def restore(self, ckpt: Checkpoint) -> None:
         """Continue exactly where `ckpt` left off: weights, optimizer, schedule, data position and
@@ -295,16 +372,57 @@ class Trainer:
     def update(self, group: list[list[int]]) -> tuple[torch.Tensor, int]:
         """One optimizer update over `group`, the batches of this update on all ranks together
         (accum_steps per rank); this rank takes every world-th one. Returns this rank's summed
-        (loss, nll) as a device tensor, unread, and the target tokens of the whole group."""
+        (loss, nll) as a device tensor, unread, and the target tokens of the whole group; a skipped
+        update (NaN/inf, out of memory) returns zeros and 0 tokens."""
         cfg, world = self.cfg.train, self.where.world
         train = self.data.train
         mine = group[self.where.rank :: world]
         # tokens of the whole update, counted from the index lists on the host: no device sync
         # and no communication, since every rank knows every rank's batches
         tokens = sum(len(train.tgt[i]) + 1 for batch in group for i in batch)
-        parts = [collate(index, train.src, train.tgt).to(self.device) for index in mine]
         self.schedule.set_step(self.progress.step + 1)
         self.optimizer.zero_grad(set_to_none=True)
+        self.progress.step += 1  # a skipped update still consumes its batches: resume stays exact
+        out_of_memory = False
+        try:
+            sums = self._backward(mine, tokens)
+        except torch.OutOfMemoryError:
+            out_of_memory = True  # handled outside the except: the traceback pins the activations
+        if out_of_memory:
+            self._skip_out_of_memory(mine)
+            return torch.zeros(2, device=self.device), 0
+        self.scaler.unscale_(self.optimizer)  # a no-op unless fp16
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        norm = torch.nn.utils.get_total_norm([p.grad for p in params])
+        if cfg.clip_grad_norm > 0:
+            torch.nn.utils.clip_grads_with_norm_(params, cfg.clip_grad_norm, norm)
+        # one host read per update (GradScaler makes one too): a NaN must not reach the weights.
+        # Under DDP the norm is of the all-reduced gradients, so every rank decides alike.
+        finite = torch.isfinite(norm) if self.where.active else torch.isfinite(norm + sums[0])
+        ok = bool(finite.item())
+        if cfg.precision == Precision.fp16:
+            self.scaler.step(self.optimizer)  # skips the step itself on overflow
+            self.scaler.update()  # and lowers the scale
+            if not ok:
+                self._fp16_overflow()
+        elif ok:
+            self.optimizer.step()
+            self.bad_in_row = 0
+        else:
+            self._skip(
+                "the loss or gradient norm is NaN/inf",
+                "usual causes: a learning rate too high or too little warm-up (train.lr, "
+                "train.warmup_steps), no gradient clipping (train.clip_grad_norm), fp16 overflow "
+                "(train.precision=bf16 or fp32)",
+            )
+        if not ok:
+            return torch.zeros(2, device=self.device), 0
+        return sums, tokens
+
+    def _backward(self, mine: list[list[int]], tokens: int) -> torch.Tensor:
+        """Forward and backward over this rank's batches of the update; summed (loss, nll)."""
+        cfg, world, train = self.cfg.train, self.where.world, self.data.train
+        parts = [collate(index, train.src, train.tgt).to(self.device) for index in mine]
         sums = torch.zeros(2, device=self.device)  # loss, nll
         for n, batch in enumerate(parts):
             last = n == len(parts) - 1
@@ -317,13 +435,50 @@ class Trainer:
                 # over ranks equal one big batch normalised by all of its tokens
                 self.scaler.scale(loss / (tokens / world)).backward()
             sums += torch.stack([loss.detach(), nll.detach()])
-        if cfg.clip_grad_norm > 0:
-            self.scaler.unscale_(self.optimizer)
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip_grad_norm)
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        self.progress.step += 1
-        return sums, tokens
+        return sums
+
+    def _skip(self, reason: str, advice: str) -> None:
+        """Count a skipped update; too many in a row stop the run (the last checkpoint stays)."""
+        self.optimizer.zero_grad(set_to_none=True)
+        self.bad_in_row += 1
+        self.skipped += 1
+        step, limit = self.progress.step, self.cfg.train.max_bad_updates
+        self.say(f"warning: step {step}: {reason}; update skipped ({self.bad_in_row} in a row)")
+        if self.bad_in_row >= limit:
+            raise NMTError(
+                f"stopping at step {step}: {limit} updates in a row were skipped ({reason}); "
+                f"{advice}. The last checkpoint (step {max(self.saved_step, 0)}) is intact"
+            )
+
+    def _skip_out_of_memory(self, mine: list[list[int]]) -> None:
+        train = self.data.train
+        sentences = sum(len(batch) for batch in mine)
+        tokens = sum(len(train.tgt[i]) + 1 for batch in mine for i in batch)
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        advice = (
+            f"lower train.batch_tokens (now {self.cfg.train.batch_tokens}) and raise "
+            "train.accum_steps to keep the update size, or lower data.max_len"
+        )
+        if self.where.active:  # the other ranks wait in the all-reduce for this one's gradients
+            raise NMTError(
+                f"out of memory at step {self.progress.step} on rank {self.where.rank}; under "
+                f"torchrun a batch cannot be skipped on one rank alone: {advice}"
+            )
+        self._skip(f"out of memory on {sentences} sentences, {tokens} target tokens", advice)
+
+    def _fp16_overflow(self) -> None:
+        """GradScaler skipped the step and halved the scale; that is routine unless the scale has
+        collapsed, which means the gradients are not finite at any scale."""
+        self.skipped += 1
+        scale = self.scaler.get_scale()
+        if scale < MIN_LOSS_SCALE:
+            raise NMTError(
+                f"stopping at step {self.progress.step}: the fp16 loss scale collapsed to "
+                f"{scale:.1e} (the gradients overflow at any scale); train with "
+                "train.precision=bf16 or fp32, or a lower train.lr"
+            )
 
     def _no_sync(self) -> contextlib.AbstractContextManager:
         ddp = self.train_model
@@ -378,11 +533,12 @@ class Trainer:
         return f"step {self.progress.step}: valid {shown}{'  (best)' if improved else ''}"
 
     def run(self) -> Path:
-        """Train until max_steps, max_epochs or early stopping; returns the best checkpoint."""
+        """Train until max_steps, max_epochs, early stopping or a stop signal (SIGTERM, SIGINT:
+        the update in flight finishes and a checkpoint is written); returns the best checkpoint
+        (the last one when the run stopped before its first validation)."""
         cfg, progress, where = self.cfg.train, self.progress, self.where
         per_update = cfg.accum_steps * where.world  # batches consumed by one update
         if where.main:
-            self.log = open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115
             params = sum(p.numel() for p in self.model.parameters())
             ranks = f" x {where.world} processes" if where.active else ""
             print(
@@ -395,11 +551,11 @@ class Trainer:
             total=cfg.max_steps, initial=progress.step, desc="train",
             disable=None if where.main else True,
         )  # fmt: skip
-        quiet = not where.main
-        say = (lambda s: None) if quiet else bar.write if not bar.disable else _print_err
+        if where.main and not bar.disable:
+            self.say = bar.write
         window = Window(self.device)
         self.model.train()
-        try:
+        with StopRequest(announce=where.main) as stop, bar, self._metrics_log():
             while progress.step < cfg.max_steps:
                 if cfg.max_epochs and progress.epoch >= cfg.max_epochs:
                     break
@@ -413,30 +569,72 @@ class Trainer:
                     bar.update(1)
                     if progress.step % cfg.log_every == 0:
                         entry = window.flush(self.optimizer.param_groups[0]["lr"], where)
+                        entry["skipped"], self.skipped = self.skipped, 0
                         self.record(entry)
                         bar.set_postfix_str(Window.describe(entry))
                         if bar.disable:  # no terminal (a log file, CI): print plain lines
-                            say(f"step {progress.step}: train {Window.describe(entry)}")
+                            self.say(f"step {progress.step}: train {Window.describe(entry)}")
                     if progress.step % cfg.valid_every == 0 or progress.step == cfg.max_steps:
                         with window.paused():  # validation is not training time
-                            say(self.validate_and_save())
+                            self.say(self.validate_and_save())
                         patience = cfg.early_stopping_patience
                         if patience and progress.bad_validations >= patience:
-                            say(f"early stopping: no {cfg.metric.value} gain in {patience} checks")
-                            return self.root / "best"
+                            gain = f"no {cfg.metric.value} gain in {patience} checks"
+                            self.say(f"early stopping: {gain}")
+                            return self._result()
+                    if self._stop_requested(stop):
+                        return self._stop(stop)
                 if progress.position >= len(batches):
                     progress.epoch, progress.position = progress.epoch + 1, 0
             if self.saved_step != progress.step:  # stopped between validations (max_epochs)
-                say(self.validate_and_save())
+                self.say(self.validate_and_save())
+        return self._result()
+
+    @contextlib.contextmanager
+    def _metrics_log(self):
+        """metrics.jsonl, appended to by rank 0 while the loop runs."""
+        if self.where.main:
+            self.log = open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+        try:
+            yield
         finally:
-            bar.close()
             if self.log is not None:
                 self.log.close()
-        return self.root / "best"
+                self.log = None
+
+    def _result(self) -> Path:
+        best = self.root / "best"
+        return best if best.exists() else self.root / "last"
+
+    def _stop_requested(self, stop: StopRequest) -> bool:
+        """Whether any rank was signalled: all ranks must stop after the same update."""
+        if not self.where.active:
+            return stop.signal is not None
+        flag = torch.tensor([float(stop.signal is not None)], device=self.device)
+        return bool(sum_across(flag, self.where).item())
+
+    def _stop(self, stop: StopRequest) -> Path:
+        """Checkpoint the update just finished (no validation: preemption grace periods are short)
+        and say how to continue."""
+        step = self.progress.step
+        if self.saved_step != step:
+            self.save({}, improved=False)
+            self.saved_step = step
+            barrier(self.where)
+        self.say(
+            f"nmt-train: stopped by {stop.signal or 'a signal to another rank'} after step "
+            f"{step}; checkpoint {(self.root / 'last').resolve()}. To continue, run the same "
+            "command with train.resume=true"
+        )
+        return self._result()
 
 
 def _print_err(line: str) -> None:
     print(line, file=sys.stderr)
+
+
+def _silent(line: str) -> None:
+    pass
 
 
 class Window:

@@ -1,0 +1,286 @@
+"""Faults a long training run meets, injected one by one; each test checks that nothing was lost:
+preemption (SIGTERM/SIGINT), a resume with changed settings, a damaged newest checkpoint, a full
+disk, NaN/inf updates, out-of-memory batches."""
+
+import errno
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from nmt import checkpoint as checkpoint_module
+from nmt import cli
+from nmt import train as train_module
+from nmt.checkpoint import load_checkpoint
+from nmt.data import epoch_batches
+from nmt.errors import NMTError
+from nmt.train import Trainer, prepare_run
+
+SMALL = ["data.tokenizer.vocab_size=400", "train.batch_tokens=600", "train.lr=0.003"]
+SMALL_RNN = ["model.emb_size=64", "model.hidden_size=64", "model.dropout=0.1"]
+QUICK = ["train.valid_bleu=false", "train.metric=loss", "train.log_every=1"]
+
+
+def args(run_dir: Path, demo_dir: Path, *extra: str) -> list[str]:
+    return ["data=demo", f"data.local_dir={demo_dir}", f"run_dir={run_dir}", *SMALL, *SMALL_RNN,
+            *QUICK, *extra]  # fmt: skip
+
+
+def losses(run_dir: Path) -> dict[int, float]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["loss"] for r in rows if r["split"] == "train"}
+
+
+def last_step(run_dir: Path) -> int:
+    return load_checkpoint(run_dir / "checkpoints" / "last").payload["step"]
+
+
+# --- preemption ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_saves_at_the_stop_step_and_resume_continues_the_same_losses(
+    tmp_path, demo_dir, monkeypatch, capsys, sig
+):
+    common = ["train.valid_every=4", "train.max_steps=12", "model.dropout=0.3"]
+    assert cli.train(args(tmp_path / "straight", demo_dir, *common)) == 0
+    stop_at = random.Random(sig).randint(5, 10)  # between validations, never on one
+    stop_at += stop_at % 4 == 0
+    real_update = Trainer.update
+
+    def signalled(self, group):
+        out = real_update(self, group)
+        if self.progress.step == stop_at:
+            os.kill(os.getpid(), sig)  # delivered now, in the middle of the loop
+        return out
+
+    monkeypatch.setattr(Trainer, "update", signalled)
+    assert cli.train(args(tmp_path / "split", demo_dir, *common)) == 0
+    monkeypatch.undo()
+    err = capsys.readouterr().err
+    assert f"stopped by {signal.Signals(sig).name} after step {stop_at}" in err
+    assert "train.resume=true" in err
+    assert last_step(tmp_path / "split") == stop_at
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # handlers are put back
+    assert cli.train(args(tmp_path / "split", demo_dir, *common, "train.resume=true")) == 0
+    assert losses(tmp_path / "split") == losses(tmp_path / "straight")
+    a = load_checkpoint(tmp_path / "straight" / "checkpoints" / "last").payload["model"]
+    b = load_checkpoint(tmp_path / "split" / "checkpoints" / "last").payload["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_sigterm_to_the_nmt_train_command_exits_0_with_a_checkpoint(tmp_path, demo_dir):
+    run_dir = tmp_path / "run"
+    code = "from nmt.cli import main_train; main_train()"
+    extra = ["train.max_steps=100000", "train.valid_every=100000"]
+    cmd = [sys.executable, "-c", code, *args(run_dir, demo_dir, *extra)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+    metrics, deadline = run_dir / "metrics.jsonl", time.monotonic() + 120
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    step = last_step(run_dir)
+    assert step >= 3 and f"stopped by SIGTERM after step {step}" in err
+
+
+# --- resume with changed settings ---------------------------------------------------------------
+
+
+def test_resume_with_changed_batching_or_data_is_refused_naming_the_keys(
+    tmp_path, demo_dir, capsys
+):
+    run = tmp_path / "run"
+    assert cli.train(args(run, demo_dir, "train.max_steps=2", "train.valid_every=2")) == 0
+    capsys.readouterr()
+    for change, key in [
+        ("train.batch_tokens=300", "train.batch_tokens=600 (now 300)"),
+        ("train.accum_steps=2", "train.accum_steps=1 (now 2)"),
+        ("seed=7", "seed="),
+        ("data.max_len=20", "data.max_len="),
+    ]:
+        extra = ["train.max_steps=4", "train.resume=true", change]
+        assert cli.train(args(run, demo_dir, *extra)) == cli.EXIT_USAGE
+        err = capsys.readouterr().err
+        assert key in err and "train.init_from=" in err, err
+    assert last_step(run) == 2  # nothing was touched
+    # what may change: the length of the run, the learning rate
+    extra = ["train.max_steps=3", "train.valid_every=3", "train.lr=0.001", "train.resume=true"]
+    assert cli.train(args(run, demo_dir, *extra)) == 0
+    assert last_step(run) == 3
+
+
+def test_init_from_starts_a_new_run_from_the_weights(tmp_path, demo_dir, capsys):
+    first = tmp_path / "first"
+    assert cli.train(args(first, demo_dir, "train.max_steps=2", "train.valid_every=2")) == 0
+    source = first / "checkpoints" / "last"
+    # lr 0: the new run's weights stay the loaded ones, whatever else it does
+    extra = [f"train.init_from={source}", "train.batch_tokens=300", "train.lr=0"]
+    extra += ["train.max_steps=2", "train.valid_every=2"]
+    assert cli.train(args(tmp_path / "second", demo_dir, *extra)) == 0
+    assert "optimizer, learning-rate schedule, step count" in capsys.readouterr().err
+    a = load_checkpoint(source).payload["model"]
+    b = load_checkpoint(tmp_path / "second" / "checkpoints" / "last").payload["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert sorted(losses(tmp_path / "second")) == [1, 2]  # a new step count
+    bad = [f"train.init_from={source}", "data.tokenizer.vocab_size=300", "train.max_steps=1"]
+    assert cli.train(args(tmp_path / "third", demo_dir, *bad)) == cli.EXIT_USAGE
+    assert "data.tokenizer.vocab_size=400 (now 300)" in capsys.readouterr().err
+
+
+# --- damaged checkpoint, full disk -------------------------------------------------------------
+
+
+def test_a_truncated_last_checkpoint_falls_back_to_the_newest_readable_one(
+    tmp_path, demo_dir, capsys
+):
+    common = ["train.valid_every=3", "train.keep_last=3"]
+    assert cli.train(args(tmp_path / "straight", demo_dir, *common, "train.max_steps=9")) == 0
+    run = tmp_path / "run"
+    assert cli.train(args(run, demo_dir, *common, "train.max_steps=6")) == 0
+    damaged = (run / "checkpoints" / "last").resolve()
+    os.truncate(damaged / "ckpt.pt", 1000)
+    capsys.readouterr()
+    assert cli.train(args(run, demo_dir, *common, "train.max_steps=9", "train.resume=true")) == 0
+    err = capsys.readouterr().err
+    assert damaged.name in err and "step-00000003" in err, err
+    assert losses(run) == losses(tmp_path / "straight")  # steps 4-6 were trained again, alike
+
+
+def test_a_full_disk_while_saving_keeps_the_previous_checkpoint(
+    tmp_path, demo_dir, monkeypatch, capsys
+):
+    real_save, saves = torch.save, {"n": 0}
+
+    def disk_full_on_second_save(obj, f, *a, **k):
+        saves["n"] += 1
+        if saves["n"] == 2:
+            f.write(b"partial")
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_save(obj, f, *a, **k)
+
+    monkeypatch.setattr(checkpoint_module.torch, "save", disk_full_on_second_save)
+    run = tmp_path / "run"
+    assert cli.train(args(run, demo_dir, "train.max_steps=4", "train.valid_every=2")) != 0
+    monkeypatch.undo()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "No space left on device" in err[-1] and "step-00000004" in err[-1]
+    assert "Traceback" not in "\n".join(err)
+    root = run / "checkpoints"
+    assert sorted(p.name for p in root.iterdir()) == ["best", "last", "step-00000002"]
+    assert last_step(run) == 2  # intact, and still what `last` names
+
+
+def test_saves_fsync_the_directory_after_each_rename(tmp_path, demo_dir, monkeypatch):
+    synced = []
+    real = checkpoint_module._fsync_dir
+    monkeypatch.setattr(checkpoint_module, "_fsync_dir", lambda p: synced.append(p) or real(p))
+    run = tmp_path / "run"
+    assert cli.train(args(run, demo_dir, "train.max_steps=1", "train.valid_every=1")) == 0
+    root = run / "checkpoints"
+    assert synced.count(root) >= 3  # the step directory, best, last
+
+
+# --- bad updates --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def trainer(tmp_path, demo_dir) -> Trainer:
+    cfg = cli.compose_config("train", args(tmp_path / "run", demo_dir, "train.max_bad_updates=3"))
+    data, model, _ = prepare_run(cfg)
+    return Trainer(cfg, model, data, torch.device("cpu"))
+
+
+def groups(trainer: Trainer) -> list[list[list[int]]]:
+    batches = epoch_batches(trainer.data.train, 600, trainer.cfg.seed, 0, 1)
+    return [[b] for b in batches]
+
+
+def weights(trainer: Trainer) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in trainer.model.state_dict().items()}
+
+
+def inject(monkeypatch, fault, at: set[int], trainer: Trainer) -> None:
+    """Make the loss of the updates numbered in `at` go wrong with `fault`."""
+    real = train_module._loss
+
+    def faulty(model, batch, smoothing):
+        loss, nll = real(model, batch, smoothing)
+        if trainer.progress.step in at:
+            if fault == "nan":
+                return loss * float("nan"), nll * float("nan")
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return loss, nll
+
+    monkeypatch.setattr(train_module, "_loss", faulty)
+
+
+@pytest.mark.parametrize("fault", ["nan", "oom"])
+def test_a_bad_update_is_skipped_and_leaves_the_weights_alone(trainer, monkeypatch, capsys, fault):
+    inject(monkeypatch, fault, {2}, trainer)
+    batches = groups(trainer)
+    trainer.update(batches[0])
+    before = weights(trainer)
+    sums, tokens = trainer.update(batches[1])
+    assert tokens == 0 and torch.equal(sums, torch.zeros(2))  # the log window stays finite
+    after = weights(trainer)
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert trainer.skipped == 1 and trainer.progress.step == 2
+    err = capsys.readouterr().err
+    assert "step 2:" in err and "update skipped" in err
+    if fault == "oom":
+        assert f"{len(batches[1][0])} sentences" in err
+    sums, tokens = trainer.update(batches[2])
+    assert tokens > 0 and torch.isfinite(sums).all() and trainer.bad_in_row == 0
+    assert any(not torch.equal(after[k], v) for k, v in trainer.model.state_dict().items())
+
+
+@pytest.mark.parametrize(
+    "fault, advice", [("nan", "train.lr"), ("oom", "train.batch_tokens (now 600)")]
+)
+def test_repeated_bad_updates_stop_the_run_with_advice(trainer, monkeypatch, fault, advice):
+    inject(monkeypatch, fault, {2, 3, 4}, trainer)
+    batches = groups(trainer)
+    for group in batches[:3]:
+        trainer.update(group)
+    with pytest.raises(NMTError, match="stopping at step 4: 3 updates in a row") as err:
+        trainer.update(batches[3])
+    assert advice in str(err.value)
+
+
+def test_the_nan_log_line_counts_skipped_updates(tmp_path, demo_dir, monkeypatch):
+    real, calls = train_module._loss, {"n": 0}
+
+    def nan_once(model, batch, smoothing):
+        calls["n"] += 1
+        loss, nll = real(model, batch, smoothing)
+        return (loss * float("nan"), nll) if calls["n"] == 3 else (loss, nll)
+
+    monkeypatch.setattr(train_module, "_loss", nan_once)
+    run = tmp_path / "run"
+    extra = ["train.max_steps=4", "train.valid_every=4", "train.log_every=2"]
+    assert cli.train(args(run, demo_dir, *extra)) == 0
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    train_rows = [r for r in rows if r["split"] == "train"]
+    assert [r["skipped"] for r in train_rows] == [0, 1]
+    assert all(r["loss"] == r["loss"] for r in train_rows)  # no NaN reached the log
+
+
+def test_a_collapsed_fp16_loss_scale_stops_the_run(trainer):
+    class Collapsed:
+        def get_scale(self) -> float:
+            return 2.0**-20
+
+    trainer.scaler = Collapsed()
+    with pytest.raises(NMTError, match="fp16 loss scale collapsed"):
+        trainer._fp16_overflow()
