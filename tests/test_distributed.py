@@ -2,8 +2,10 @@
 right (2 ranks = 1 process over the union of their batches) and resume stays exact."""
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -98,3 +100,29 @@ def test_more_ranks_than_batches_is_a_clear_error():
     data = Encoded([[5, 2]] * 3, [[6]] * 3)
     with pytest.raises(NMTError, match="batches for 8 processes"):
         epoch_batches(data, 100, seed=0, epoch=0, world=8)
+
+
+def test_sigterm_to_one_rank_stops_every_rank_after_the_same_update(tmp_path, demo_dir):
+    """SLURM signals every process, but a signal that reaches one rank alone must stop them all
+    at one step (the others would otherwise wait forever in the next all-reduce)."""
+    run_dir = tmp_path / "run"
+    args = ["data=demo", f"data.local_dir={demo_dir}", f"run_dir={run_dir}", *SMALL, *SMALL_RNN]
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+        "--no-python", str(NMT_TRAIN), *args, *COMMON, "train.max_steps=100000",
+        "train.valid_every=100000",
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    agent = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    metrics, deadline = run_dir / "metrics.jsonl", time.monotonic() + 180
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
+        assert agent.poll() is None and time.monotonic() < deadline, agent.stderr.read()[-3000:]
+        time.sleep(0.1)
+    children = Path(f"/proc/{agent.pid}/task/{agent.pid}/children").read_text().split()
+    os.kill(int(max(children, key=int)), signal.SIGTERM)  # the younger worker only
+    _, err = agent.communicate(timeout=120)
+    assert agent.returncode == 0, err[-3000:]
+    step = load_checkpoint(run_dir / "checkpoints" / "last").payload["step"]
+    assert f"after step {step}" in err and step >= 3
+    torchrun(run_dir, demo_dir, f"train.max_steps={step + 2}", "train.resume=true")
+    assert sorted(losses(run_dir)) == list(range(1, step + 3))
