@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_train import SMALL, SMALL_RNN, losses
 
 from nmt import checkpoint as checkpoint_module
 from nmt import cli
@@ -23,19 +24,12 @@ from nmt.data import epoch_batches
 from nmt.errors import NMTError
 from nmt.train import Trainer, prepare_run
 
-SMALL = ["data.tokenizer.vocab_size=400", "train.batch_tokens=600", "train.lr=0.003"]
-SMALL_RNN = ["model.emb_size=64", "model.hidden_size=64", "model.dropout=0.1"]
 QUICK = ["train.valid_bleu=false", "train.metric=loss", "train.log_every=1"]
 
 
 def args(run_dir: Path, demo_dir: Path, *extra: str) -> list[str]:
     return ["data=demo", f"data.local_dir={demo_dir}", f"run_dir={run_dir}", *SMALL, *SMALL_RNN,
             *QUICK, *extra]  # fmt: skip
-
-
-def losses(run_dir: Path) -> dict[int, float]:
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return {r["step"]: r["loss"] for r in rows if r["split"] == "train"}
 
 
 def last_step(run_dir: Path) -> int:
