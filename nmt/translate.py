@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import queue
 import sys
 import threading
@@ -238,8 +239,18 @@ def arrivals(lines: Iterable[str], most: int, wait_full: bool = False) -> Iterat
 
 
 def _open_text(path: str | None, mode: str, fallback: TextIO) -> TextIO:
-    """A UTF-8 stream that splits lines on '\\n' only and never fails on bad bytes."""
-    if path is None:
+    """A UTF-8 stream that splits lines on '\\n' only and never fails on bad bytes.
+
+    Standard input is read through a private duplicate of its descriptor: the thread that reads
+    it may be left blocked in a read when translation stops early (Ctrl-C, `| head`), holding the
+    stream's lock, and Python aborts at exit ("could not acquire lock for <stdin>") if that stream
+    is sys.stdin's, which it closes on the way out."""
+    if path is None and mode == "r":
+        try:
+            buffer = open(os.dup(fallback.fileno()), "rb")  # noqa: SIM115 - see translate_main
+        except (AttributeError, OSError, io.UnsupportedOperation):  # a stand-in without a fd
+            buffer = fallback.buffer
+    elif path is None:
         buffer = fallback.buffer
     else:
         try:
@@ -300,12 +311,17 @@ def translate_main(cfg: TranslateRunConfig) -> None:
         return
     source = _open_text(cfg.input, "r", sys.stdin)
     sink = _open_text(cfg.output, "w", sys.stdout)
+    read_all = False
     try:
         for text in translator.translate_stream(source, cfg.nbest_tsv):
             sink.write(text + "\n")
             sink.flush()  # through a pipe each line leaves now, not when a buffer fills
+        read_all = True
     finally:
-        if cfg.input is not None:
+        # after an early stop the reader may still be blocked on a pipe: closing the stream would
+        # wait for its lock, so the open descriptor is left to the process's exit (a file's reads
+        # never block for long, so a file is closed either way)
+        if cfg.input is not None or read_all:
             source.close()
         if cfg.output is not None:
             sink.close()
