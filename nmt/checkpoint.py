@@ -132,7 +132,8 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     try:
         payload = torch.load(path / CKPT_FILE, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises many types for damaged files
-        raise NMTError(f"cannot read {path / CKPT_FILE} (corrupt or truncated?): {err}") from err
+        first = str(err).split(". ")[0]  # torch goes on with a paragraph of advice
+        raise NMTError(f"cannot read {path / CKPT_FILE} (corrupt or truncated?): {first}") from err
     if not isinstance(payload, dict) or payload.get("format") != FORMAT_VERSION:
         raise NMTError(f"{path / CKPT_FILE} is not an nmt checkpoint of format {FORMAT_VERSION}")
     if not (path / CONFIG_FILE).is_file():
