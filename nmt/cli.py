@@ -143,9 +143,6 @@ def compose_config(name: str, overrides: list[str], config_dir: str | None = Non
         return _composed(name, overrides, config_dir)
 
 
-_compose = compose_config  # the old private name, still used by scripts and tests
-
-
 # --- sweeps (nmt-train -m) -------------------------------------------------------------------
 
 

@@ -34,7 +34,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as run_dir:
-        cfg = cli._compose("train", [*args.overrides, f"run_dir={run_dir}"], None)
+        cfg = cli.compose_config("train", [*args.overrides, f"run_dir={run_dir}"])
         device = resolve_device(cfg.device)
         check_precision(device, cfg.train.precision)
         data, model, _ = prepare_run(cfg)
