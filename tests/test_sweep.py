@@ -136,7 +136,6 @@ def test_only_train_sweeps(main, capsys):
 def test_compose_config_is_public_and_typed():
     cfg = cli.compose_config("train", ["model=gru_luong", "model.attention=concat"])
     assert cfg.model.attention.value == "concat"
-    assert cli._compose is cli.compose_config  # scripts written against the old name still run
 
 
 @pytest.mark.slow
