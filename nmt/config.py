@@ -240,6 +240,7 @@ class TransformerConfig(ModelConfig):
 class TrainConfig:
     max_steps: int = 100_000  # optimizer updates
     max_epochs: int = 0  # 0 = no limit
+    max_minutes: float = 0.0  # wall-clock budget, data preparation included; 0 = none
     batch_tokens: int = 4096  # padded target tokens (or source, whichever is larger) per batch
     accum_steps: int = 1  # batches per optimizer update
     optimizer: Optimizer = Optimizer.adam
@@ -276,6 +277,8 @@ class TrainConfig:
                 "train.resume continues this run; train.init_from starts a new one from another "
                 "run's weights: give one of them"
             )
+        if self.max_minutes < 0:
+            raise NMTError("train.max_minutes must be >= 0 (0 = no time limit)")
         if self.max_bad_updates < 1:
             raise NMTError("train.max_bad_updates must be >= 1")
         if self.valid_every < 1 or self.log_every < 1:

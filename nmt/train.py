@@ -296,6 +296,7 @@ class Trainer:
         data: RunData,
         device: torch.device,
         where: Dist = SINGLE,
+        started: float | None = None,
     ) -> None:
         self.cfg, self.data, self.device, self.where = cfg, data, device, where
         self.run_dir = Path(cfg.run_dir)
@@ -326,6 +327,8 @@ class Trainer:
         self.bad_in_row = 0  # consecutive skipped updates (NaN/inf, out of memory)
         self.skipped = 0  # skipped updates since the last log line
         self.say = _print_err if where.main else _silent
+        self.started = time.monotonic() if started is None else started  # for train.max_minutes
+        self.valid_seconds = 0.0  # how long the last validation took
 
     def restore(self, ckpt: Checkpoint) -> None:
         """Continue exactly where `ckpt` left off: weights, optimizer, schedule, data position and
@@ -511,13 +514,14 @@ class Trainer:
     def validate_and_save(self) -> str:
         """Rank 0 validates; every rank takes its metrics (the LR schedule and early stopping must
         agree everywhere); rank 0 checkpoints. Returns a line for the console."""
-        metrics = None
+        metrics, began = None, time.monotonic()
         if self.where.main:
             metrics = validate(
                 self.model, self.data.valid, self.data.valid_references, self.data.vocabs,
                 self.cfg, self.device,
             )  # fmt: skip
         metrics = broadcast(metrics, self.where)
+        self.valid_seconds = time.monotonic() - began
         metric = self.cfg.train.metric
         improved = _better(metric, metrics[metric.value], self.progress.best)
         if improved:
@@ -533,9 +537,9 @@ class Trainer:
         return f"step {self.progress.step}: valid {shown}{'  (best)' if improved else ''}"
 
     def run(self) -> Path:
-        """Train until max_steps, max_epochs, early stopping or a stop signal (SIGTERM, SIGINT:
-        the update in flight finishes and a checkpoint is written); returns the best checkpoint
-        (the last one when the run stopped before its first validation)."""
+        """Train until max_steps, max_epochs, max_minutes, early stopping or a stop signal
+        (SIGTERM, SIGINT: the update in flight finishes and a checkpoint is written); returns the
+        best checkpoint (the last one when the run stopped before its first validation)."""
         cfg, progress, where = self.cfg.train, self.progress, self.where
         per_update = cfg.accum_steps * where.world  # batches consumed by one update
         if where.main:
@@ -582,8 +586,12 @@ class Trainer:
                             gain = f"no {cfg.metric.value} gain in {patience} checks"
                             self.say(f"early stopping: {gain}")
                             return self._result()
-                    if self._stop_requested(stop):
+                    signalled, out_of_time = self._must_stop(stop)
+                    if signalled:
                         return self._stop(stop)
+                    if out_of_time:
+                        with window.paused():
+                            return self._out_of_time()
                 if progress.position >= len(batches):
                     progress.epoch, progress.position = progress.epoch + 1, 0
             if self.saved_step != progress.step:  # stopped between validations (max_epochs)
@@ -606,12 +614,28 @@ class Trainer:
         best = self.root / "best"
         return best if best.exists() else self.root / "last"
 
-    def _stop_requested(self, stop: StopRequest) -> bool:
-        """Whether any rank was signalled: all ranks must stop after the same update."""
+    def _must_stop(self, stop: StopRequest) -> tuple[bool, bool]:
+        """(a stop signal came, the time budget is spent), agreed by all ranks: every rank must
+        stop after the same update. The budget keeps room for one more validation, timed on the
+        last one, so that the run ends within it."""
+        budget = self.cfg.train.max_minutes * 60
+        late = bool(budget) and time.monotonic() + self.valid_seconds >= self.started + budget
         if not self.where.active:
-            return stop.signal is not None
-        flag = torch.tensor([float(stop.signal is not None)], device=self.device)
-        return bool(sum_across(flag, self.where).item())
+            return stop.signal is not None, late
+        flags = torch.tensor([float(stop.signal is not None), float(late)], device=self.device)
+        signalled, late = (sum_across(flags, self.where) > 0).tolist()
+        return signalled, late
+
+    def _out_of_time(self) -> Path:
+        """train.max_minutes: validate and save the update just finished, as at max_steps."""
+        if self.saved_step != self.progress.step:
+            self.say(self.validate_and_save())
+        minutes = (time.monotonic() - self.started) / 60
+        self.say(
+            f"nmt-train: time budget of {self.cfg.train.max_minutes:g} min reached after step "
+            f"{self.progress.step} ({minutes:.1f} min since the start)"
+        )
+        return self._result()
 
     def _stop(self, stop: StopRequest) -> Path:
         """Checkpoint the update just finished (no validation: preemption grace periods are short)
@@ -679,13 +703,14 @@ class Window:
 def train_main(cfg: TrainRunConfig) -> Path:
     """Train as configured, on one process or as one rank under torchrun; returns the path of
     the best checkpoint."""
+    started = time.monotonic()  # train.max_minutes counts the tokenizer and data preparation too
     where = from_environment()
     device = resolve_device(cfg.device, where.local_rank if where.active else None)
     check_precision(device, cfg.train.precision)
     init_process_group(where, device)
     try:
         data, model, resume = prepare_run(cfg, where)
-        trainer = Trainer(cfg, model, data, device, where)
+        trainer = Trainer(cfg, model, data, device, where, started)
         if resume is not None:
             trainer.restore(resume)
         return trainer.run()

@@ -278,3 +278,22 @@ def test_a_collapsed_fp16_loss_scale_stops_the_run(trainer):
     trainer.scaler = Collapsed()
     with pytest.raises(NMTError, match="fp16 loss scale collapsed"):
         trainer._fp16_overflow()
+
+
+# --- a time budget ------------------------------------------------------------------------------
+
+
+def test_a_time_budget_ends_the_run_validated_and_saved_within_it(tmp_path, demo_dir, capsys):
+    run = tmp_path / "run"
+    extra = ["train.max_minutes=0.1", "train.max_steps=100000", "train.valid_every=20"]
+    began = time.monotonic()
+    assert cli.train(args(run, demo_dir, *extra)) == 0
+    elapsed = time.monotonic() - began
+    err = capsys.readouterr().err
+    step = last_step(run)
+    assert f"time budget of 0.1 min reached after step {step}" in err
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["split"] == "valid" and rows[-1]["step"] == step  # validated at the stop
+    assert 1 <= step < 100000
+    # within the budget, give or take one update and the last validation's estimate
+    assert elapsed < 6 + 3, elapsed
