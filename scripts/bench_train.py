@@ -32,7 +32,7 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*")
     parser.add_argument("--windows", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20)
-    args = parser.parse_args()
+    args = parser.parse_intermixed_args()  # overrides may come after the options too
     with tempfile.TemporaryDirectory() as run_dir:
         cfg = cli.compose_config("train", [*args.overrides, f"run_dir={run_dir}"])
         device = resolve_device(cfg.device)
