@@ -7,6 +7,7 @@ choice, a missing file, a broken checkpoint) is one readable line and a non-zero
     nmt-train [--cfg] [--config-dir DIR] key=value ... group=choice ...
     nmt-train -m key=a,b,c ...   a sweep: one job per combination, run by Hydra's launcher
     nmt-evaluate ckpt=DIR ...    nmt-translate ckpt=DIR ...    nmt-average run_dir=DIR last=N
+    nmt-plot run_dir=DIR         nmt-plot run_dirs=[A,B,...]
 
 A sweep (`-m`/`--multirun`) goes through Hydra's own runtime, so launcher plugins
 (`hydra/launcher=joblib`, `submitit_slurm`, ...) work; but every job's config is composed onto the
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING
 from nmt.config import (
     AverageRunConfig,
     EvaluateRunConfig,
+    PlotRunConfig,
     RNNConfig,
     TrainRunConfig,
     TransformerConfig,
@@ -44,6 +46,7 @@ EXAMPLES = {
     "evaluate": "ckpt=runs/NAME/checkpoints/best split=test",
     "translate": "ckpt=runs/NAME/checkpoints/best",
     "average": "run_dir=runs/NAME last=5",
+    "plot": "run_dirs=[runs/a,runs/b]",
 }
 SWEEP_SUMMARY = "sweep.jsonl"
 
@@ -65,6 +68,7 @@ def _register_schemas() -> None:
     store.store(name="evaluate_schema", node=EvaluateRunConfig)
     store.store(name="translate_schema", node=TranslateRunConfig)
     store.store(name="average_schema", node=AverageRunConfig)
+    store.store(name="plot_schema", node=PlotRunConfig)
     store.store(group="model", name="rnn", node=RNNConfig)
     store.store(group="model", name="transformer", node=TransformerConfig)
 
@@ -443,5 +447,15 @@ def main_translate() -> None:
     sys.exit(translate())
 
 
+def plot(argv: list[str] | None = None) -> int:
+    from nmt.plot import plot_main
+
+    return _run("plot", plot_main, argv)
+
+
 def main_average() -> None:
     sys.exit(average())
+
+
+def main_plot() -> None:
+    sys.exit(plot())

@@ -8,6 +8,7 @@ these classes. Enum member names equal their values because OmegaConf matches ov
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -418,6 +419,18 @@ class TranslateRunConfig:
         _check_device(self.device)
 
 
+def flatten(obj: object, prefix: str = "") -> dict:
+    """A config as {"data.tokenizer.vocab_size": 8000, ...}: leaves by dotted key (as overrides
+    name them), enums as their values."""
+    if not dataclasses.is_dataclass(obj):
+        return {prefix: obj.value if isinstance(obj, Enum) else obj}
+    out = {}
+    for f in dataclasses.fields(obj):
+        key = f"{prefix}.{f.name}" if prefix else f.name
+        out.update(flatten(getattr(obj, f.name), key))
+    return out
+
+
 def model_schema(arch: str) -> type[ModelConfig]:
     """The schema class for a stored ``model.arch`` value."""
     match arch:
@@ -457,3 +470,16 @@ class AverageRunConfig:
             raise NMTError("ckpts=[...] needs out=DIR (where the averaged checkpoint goes)")
         if self.last < 1:
             raise NMTError(f"last={self.last} must be >= 1")
+
+
+@dataclass
+class PlotRunConfig:
+    run_dir: str | None = None  # one run: its curves go to <run_dir>/curves.png
+    run_dirs: list[str] | None = None  # or several runs on one chart (a sweep)
+    out: str | None = None  # None = <run_dir>/curves.png, or curves.png in the runs' common parent
+
+    def __post_init__(self) -> None:
+        if (self.run_dir is None) == (self.run_dirs is None):
+            raise NMTError("give run_dir=DIR or run_dirs=[DIR1,DIR2,...], not both")
+        if self.run_dirs is not None and not self.run_dirs:
+            raise NMTError("run_dirs=[] names no run")

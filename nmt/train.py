@@ -10,7 +10,6 @@ batches of an update are dealt out to the processes (see `Trainer.update`).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import math
 import shutil
@@ -33,7 +32,7 @@ from nmt.checkpoint import (
     prune,
     save_checkpoint,
 )
-from nmt.config import Metric, Optimizer, Precision, Split, TrainRunConfig
+from nmt.config import Metric, Optimizer, Precision, Split, TrainRunConfig, flatten
 from nmt.data import (
     Encoded,
     collate,
@@ -164,16 +163,6 @@ def _set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _flat(obj, prefix: str) -> dict:
-    """A config dataclass as {"data.tokenizer.vocab_size": 8000, ...}."""
-    if not dataclasses.is_dataclass(obj):
-        return {prefix: obj.value if hasattr(obj, "value") else obj}
-    out = {}
-    for f in dataclasses.fields(obj):
-        out.update(_flat(getattr(obj, f.name), f"{prefix}.{f.name}"))
-    return out
-
-
 def _differences(now: dict, then: dict) -> list[str]:
     keys = [k for k in then if now.get(k) != then[k]] + [k for k in now if k not in then]
     return [f"{k}={then.get(k)} (now {now.get(k)})" for k in keys]
@@ -182,7 +171,7 @@ def _differences(now: dict, then: dict) -> list[str]:
 def _check_same_model(cfg: TrainRunConfig, stored: TrainRunConfig, why: str) -> None:
     """Loading weights into another architecture would fail deep in load_state_dict; say it
     plainly."""
-    diff = _differences(_flat(cfg.model, "model"), _flat(stored.model, "model"))
+    diff = _differences(flatten(cfg.model, "model"), flatten(stored.model, "model"))
     if diff:
         raise NMTError(f"{why}: the checkpoint was trained with {', '.join(diff)}")
 
@@ -191,7 +180,7 @@ def _schedule_keys(cfg: TrainRunConfig) -> dict:
     """What the saved data position (epoch, batch index) and random streams mean: with another
     corpus, tokenizer, batching or seed the same position names other batches."""
     return {
-        **_flat(cfg.data, "data"),
+        **flatten(cfg.data, "data"),
         "train.batch_tokens": cfg.train.batch_tokens,
         "train.accum_steps": cfg.train.accum_steps,
         "seed": cfg.seed,
@@ -267,7 +256,7 @@ def _load_init(cfg: TrainRunConfig, say) -> Checkpoint:
     init = load_checkpoint(cfg.train.init_from)
     _check_same_model(cfg, init.config, "train.init_from")
     key = "data.tokenizer"
-    diff = _differences(_flat(cfg.data.tokenizer, key), _flat(init.config.data.tokenizer, key))
+    diff = _differences(flatten(cfg.data.tokenizer, key), flatten(init.config.data.tokenizer, key))
     if diff:
         raise NMTError(
             "train.init_from keeps the checkpoint's tokenizer (the embeddings are tied to it): "

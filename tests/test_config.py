@@ -49,7 +49,13 @@ def test_attention_is_one_config_value(model, attention):
 
 
 # the arguments each entry point cannot do without
-REQUIRED = {"train": [], "evaluate": ["ckpt=x"], "translate": ["ckpt=x"], "average": ["run_dir=x"]}
+REQUIRED = {
+    "train": [],
+    "evaluate": ["ckpt=x"],
+    "translate": ["ckpt=x"],
+    "average": ["run_dir=x"],
+    "plot": ["run_dir=x"],
+}
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in CONFIGS.glob("*.yaml")))
