@@ -315,6 +315,7 @@ class Trainer:
         self.log: TextIO | None = None
         self.bad_in_row = 0  # consecutive skipped updates (NaN/inf, out of memory)
         self.skipped = 0  # skipped updates since the last log line
+        self.norms: list[float] = []  # gradient norms of the updates since the last log line
         self.say = _print_err if where.main else _silent
         self.started = time.monotonic() if started is None else started  # for train.max_minutes
         self.valid_seconds = 0.0  # how long the last validation took
@@ -390,8 +391,10 @@ class Trainer:
             torch.nn.utils.clip_grads_with_norm_(params, cfg.clip_grad_norm, norm)
         # one host read per update (GradScaler makes one too): a NaN must not reach the weights.
         # Under DDP the norm is of the all-reduced gradients, so every rank decides alike.
-        finite = torch.isfinite(norm) if self.where.active else torch.isfinite(norm + sums[0])
-        ok = bool(finite.item())
+        norm_value, loss_value = torch.stack([norm.float(), sums[0]]).tolist()
+        ok = math.isfinite(norm_value) and (self.where.active or math.isfinite(loss_value))
+        if ok:
+            self.norms.append(norm_value)  # before clipping: how hard the clip works
         if cfg.precision == Precision.fp16:
             self.scaler.step(self.optimizer)  # skips the step itself on overflow
             self.scaler.update()  # and lowers the scale
@@ -563,6 +566,9 @@ class Trainer:
                     if progress.step % cfg.log_every == 0:
                         entry = window.flush(self.optimizer.param_groups[0]["lr"], where)
                         entry["skipped"], self.skipped = self.skipped, 0
+                        if self.norms:
+                            entry["grad_norm"] = sum(self.norms) / len(self.norms)
+                        self.norms = []
                         self.record(entry)
                         bar.set_postfix_str(Window.describe(entry))
                         if bar.disable:  # no terminal (a log file, CI): print plain lines

@@ -268,6 +268,7 @@ def test_the_nan_log_line_counts_skipped_updates(tmp_path, demo_dir, monkeypatch
     train_rows = [r for r in rows if r["split"] == "train"]
     assert [r["skipped"] for r in train_rows] == [0, 1]
     assert all(r["loss"] == r["loss"] for r in train_rows)  # no NaN reached the log
+    assert all(0 < r["grad_norm"] < float("inf") for r in train_rows)  # the good updates' mean
 
 
 def test_a_collapsed_fp16_loss_scale_stops_the_run(trainer):
