@@ -56,7 +56,7 @@ def save_heatmap(
     ax.set_xlabel("source")
     ax.set_ylabel("target")
     if title:
-        ax.set_title(title, fontsize=9)
+        ax.set_title(_printable(title), fontsize=9)
     fig.colorbar(image, ax=ax, fraction=0.04)
     fig.tight_layout()
     return _save(fig, path)
@@ -84,9 +84,15 @@ def save_heatmap_grid(
             )
             ax.set_yticks(range(rows), tgt_pieces if j == 0 else [], fontsize=6)
     if title:
-        fig.suptitle(title, fontsize=9)
+        fig.suptitle(_printable(title), fontsize=9)
     fig.tight_layout()
     return _save(fig, path)
+
+
+def _printable(text: str) -> str:
+    """A title without control characters (an untrained model's byte pieces decode to them, and
+    fonts have no glyph for them)."""
+    return "".join(c if c.isprintable() else "\ufffd" for c in text)
 
 
 def _pyplot():

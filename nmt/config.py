@@ -259,6 +259,7 @@ class TrainConfig:
     early_stopping_patience: int = 0  # validations without improvement; 0 = off
     valid_every: int = 1000  # steps
     valid_bleu: bool = True  # greedy-decode the validation set for BLEU
+    valid_heatmaps: int = 0  # attention PNGs of the first N validation sentences per validation
     log_every: int = 100  # steps
     keep_last: int = 2  # step checkpoints kept besides `best`
     precision: Precision = Precision.fp32
@@ -278,6 +279,8 @@ class TrainConfig:
                 "train.resume continues this run; train.init_from starts a new one from another "
                 "run's weights: give one of them"
             )
+        if self.valid_heatmaps < 0:
+            raise NMTError("train.valid_heatmaps must be >= 0 (0 = none)")
         if self.max_minutes < 0:
             raise NMTError("train.max_minutes must be >= 0 (0 = no time limit)")
         if self.max_bad_updates < 1:

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
+from nmt.attention_map import save_heatmap, select_map
 from nmt.checkpoint import (
     Checkpoint,
     load_checkpoint,
@@ -31,8 +32,17 @@ from nmt.checkpoint import (
     point,
     prune,
     save_checkpoint,
+    step_name,
 )
-from nmt.config import Metric, Optimizer, Precision, Split, TrainRunConfig, flatten
+from nmt.config import (
+    DecodeConfig,
+    Metric,
+    Optimizer,
+    Precision,
+    Split,
+    TrainRunConfig,
+    flatten,
+)
 from nmt.data import (
     Encoded,
     collate,
@@ -61,7 +71,7 @@ from nmt.models.seq2seq import Seq2Seq
 from nmt.preemption import StopRequest
 from nmt.schedule import LRSchedule
 from nmt.search import decode_all
-from nmt.tokenizer import PAD, Vocabs, load_vocabs, train_vocabs
+from nmt.tokenizer import EOS, PAD, Vocabs, load_vocabs, train_vocabs
 
 MIN_LOSS_SCALE = 1e-4  # below this an fp16 run cannot recover (fairseq stops at the same point)
 
@@ -503,6 +513,27 @@ class Trainer:
         point(self.root, "last", path)
         prune(self.root, self.cfg.train.keep_last)
 
+    def _save_alignments(self) -> None:
+        """train.valid_heatmaps=K: the greedy attention of the first K validation sentences, one
+        PNG each per validation (run_dir/attention/step-N.k.png), to watch alignment emerge."""
+        src = self.data.valid.src[: self.cfg.train.valid_heatmaps]
+        vocabs, step = self.data.vocabs, self.progress.step
+        self.model.eval()
+        with torch.inference_mode():
+            nbests = decode_all(self.model, src, DecodeConfig(), self.device, attention=True)
+        self.model.train()
+        for k, (ids, nbest) in enumerate(zip(src, nbests)):
+            best = nbest[0]
+            if best.attention is None:  # model.attention=none
+                return
+            save_heatmap(
+                vocabs.src.id_to_piece(ids),
+                vocabs.tgt.id_to_piece(best.tokens + [EOS] * best.ended),
+                select_map(best.attention, -1, None),  # the top layer, heads averaged
+                self.run_dir / "attention" / f"{step_name(step)}.{k}.png",
+                f"step {step}: {vocabs.tgt.decode([best.tokens])[0]}",
+            )
+
     def validate_and_save(self) -> str:
         """Rank 0 validates; every rank takes its metrics (the LR schedule and early stopping must
         agree everywhere); rank 0 checkpoints. Returns a line for the console."""
@@ -512,6 +543,8 @@ class Trainer:
                 self.model, self.data.valid, self.data.valid_references, self.data.vocabs,
                 self.cfg, self.device,
             )  # fmt: skip
+            if self.cfg.train.valid_heatmaps:
+                self._save_alignments()
         metrics = broadcast(metrics, self.where)
         self.valid_seconds = time.monotonic() - began
         metric = self.cfg.train.metric

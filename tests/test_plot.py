@@ -52,3 +52,11 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     assert "not both" in capsys.readouterr().err
     assert cli.plot(["run_dirz=a"]) == cli.EXIT_USAGE
     assert "run_dirs" in capsys.readouterr().err  # the valid keys are listed
+
+
+def test_each_validation_saves_the_attention_of_the_first_dev_sentences(tmp_path, demo_dir):
+    train(tmp_path / "run", demo_dir, "train.valid_heatmaps=2", "train.valid_bleu=false",
+          "train.metric=loss")  # fmt: skip
+    names = sorted(p.name for p in (tmp_path / "run" / "attention").iterdir())
+    assert names == [f"step-0000000{s}.{k}.png" for s in (2, 4) for k in (0, 1)]
+    assert all(p.stat().st_size > 5_000 for p in (tmp_path / "run" / "attention").iterdir())
