@@ -27,7 +27,6 @@ from tqdm import tqdm
 from nmt.attention_map import save_heatmap, select_map
 from nmt.checkpoint import (
     Checkpoint,
-    load_checkpoint,
     load_resume_point,
     point,
     prune,
@@ -41,7 +40,6 @@ from nmt.config import (
     Precision,
     Split,
     TrainRunConfig,
-    flatten,
 )
 from nmt.data import (
     Encoded,
@@ -69,6 +67,7 @@ from nmt.evaluate import bleu
 from nmt.models import build_model
 from nmt.models.seq2seq import Seq2Seq
 from nmt.preemption import StopRequest
+from nmt.resume import check_resume, load_init
 from nmt.schedule import LRSchedule
 from nmt.search import decode_all
 from nmt.tokenizer import EOS, PAD, Vocabs, load_vocabs, train_vocabs
@@ -173,43 +172,6 @@ def _set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _differences(now: dict, then: dict) -> list[str]:
-    keys = [k for k in then if now.get(k) != then[k]] + [k for k in now if k not in then]
-    return [f"{k}={then.get(k)} (now {now.get(k)})" for k in keys]
-
-
-def _check_same_model(cfg: TrainRunConfig, stored: TrainRunConfig, why: str) -> None:
-    """Loading weights into another architecture would fail deep in load_state_dict; say it
-    plainly."""
-    diff = _differences(flatten(cfg.model, "model"), flatten(stored.model, "model"))
-    if diff:
-        raise NMTError(f"{why}: the checkpoint was trained with {', '.join(diff)}")
-
-
-def _schedule_keys(cfg: TrainRunConfig) -> dict:
-    """What the saved data position (epoch, batch index) and random streams mean: with another
-    corpus, tokenizer, batching or seed the same position names other batches."""
-    return {
-        **flatten(cfg.data, "data"),
-        "train.batch_tokens": cfg.train.batch_tokens,
-        "train.accum_steps": cfg.train.accum_steps,
-        "seed": cfg.seed,
-    }
-
-
-def _check_same_schedule(cfg: TrainRunConfig, stored: TrainRunConfig, where: Path) -> None:
-    """Exact resume continues the stored batch order; refuse settings that would silently make it
-    another one, and say how to start afresh from the weights instead."""
-    diff = _differences(_schedule_keys(cfg), _schedule_keys(stored))
-    if diff:
-        raise NMTError(
-            f"train.resume: this run changes {', '.join(diff)}; resuming would not continue the "
-            "same batches. Resume with the stored values, or start a new run from these weights: "
-            f"run_dir=NEW train.init_from={where} (new optimizer, schedule, step count and data "
-            "order)"
-        )
-
-
 @dataclass
 class RunData:
     """What a run trains and validates on: the tokenizer and the encoded corpora."""
@@ -239,10 +201,9 @@ def prepare_run(
     valid_corpus = read_split(cfg.data, Split.valid)
     say = _print_err if where.main else _silent
     resume = load_resume_point(root, say) if cfg.train.resume else None
-    init = _load_init(cfg, say) if cfg.train.init_from else None
+    init = load_init(cfg, say) if cfg.train.init_from else None
     if resume is not None:
-        _check_same_model(cfg, resume.config, "train.resume")
-        _check_same_schedule(cfg, resume.config, resume.path)
+        check_resume(cfg, resume)
         vocabs = resume.vocabs
     elif init is not None:
         vocabs = init.vocabs
@@ -259,25 +220,6 @@ def prepare_run(
     if init is not None:
         model.load_state_dict(init.payload["model"])
     return data, model, resume
-
-
-def _load_init(cfg: TrainRunConfig, say) -> Checkpoint:
-    """train.init_from: a new run that starts from another run's weights and tokenizer."""
-    init = load_checkpoint(cfg.train.init_from)
-    _check_same_model(cfg, init.config, "train.init_from")
-    key = "data.tokenizer"
-    diff = _differences(flatten(cfg.data.tokenizer, key), flatten(init.config.data.tokenizer, key))
-    if diff:
-        raise NMTError(
-            "train.init_from keeps the checkpoint's tokenizer (the embeddings are tied to it): "
-            + ", ".join(diff)
-        )
-    say(
-        f"nmt-train: starting from the weights and tokenizer of {init.path} (step "
-        f"{init.payload['step']}); optimizer, learning-rate schedule, step count, data order and "
-        "early stopping start afresh"
-    )
-    return init
 
 
 class Trainer:

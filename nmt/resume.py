@@ -1,0 +1,78 @@
+"""What a run may start from: its own last checkpoint, continued exactly (`train.resume`), or the
+weights and tokenizer of another run (`train.init_from`), and the settings each of them must keep.
+
+Exact resume continues the stored batch order and random streams: a changed corpus, tokenizer,
+batching or seed would make the stored data position name other batches, so such a resume is
+refused with the keys named, and `train.init_from` offers the way to start afresh from the weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from nmt.checkpoint import Checkpoint, load_checkpoint
+from nmt.config import TrainRunConfig, flatten
+from nmt.errors import NMTError
+
+
+def check_resume(cfg: TrainRunConfig, resume: Checkpoint) -> None:
+    """Refuse to continue `resume` exactly with another model or another batch order."""
+    _check_same_model(cfg, resume.config, "train.resume")
+    _check_same_schedule(cfg, resume.config, resume.path)
+
+
+def _differences(now: dict, then: dict) -> list[str]:
+    keys = [k for k in then if now.get(k) != then[k]] + [k for k in now if k not in then]
+    return [f"{k}={then.get(k)} (now {now.get(k)})" for k in keys]
+
+
+def _check_same_model(cfg: TrainRunConfig, stored: TrainRunConfig, why: str) -> None:
+    """Loading weights into another architecture would fail deep in load_state_dict; say it
+    plainly."""
+    diff = _differences(flatten(cfg.model, "model"), flatten(stored.model, "model"))
+    if diff:
+        raise NMTError(f"{why}: the checkpoint was trained with {', '.join(diff)}")
+
+
+def _schedule_keys(cfg: TrainRunConfig) -> dict:
+    """What the saved data position (epoch, batch index) and random streams mean: with another
+    corpus, tokenizer, batching or seed the same position names other batches."""
+    return {
+        **flatten(cfg.data, "data"),
+        "train.batch_tokens": cfg.train.batch_tokens,
+        "train.accum_steps": cfg.train.accum_steps,
+        "seed": cfg.seed,
+    }
+
+
+def _check_same_schedule(cfg: TrainRunConfig, stored: TrainRunConfig, where: Path) -> None:
+    """Exact resume continues the stored batch order; refuse settings that would silently make it
+    another one, and say how to start afresh from the weights instead."""
+    diff = _differences(_schedule_keys(cfg), _schedule_keys(stored))
+    if diff:
+        raise NMTError(
+            f"train.resume: this run changes {', '.join(diff)}; resuming would not continue the "
+            "same batches. Resume with the stored values, or start a new run from these weights: "
+            f"run_dir=NEW train.init_from={where} (new optimizer, schedule, step count and data "
+            "order)"
+        )
+
+
+def load_init(cfg: TrainRunConfig, say: Callable[[str], None]) -> Checkpoint:
+    """train.init_from: a new run that starts from another run's weights and tokenizer."""
+    init = load_checkpoint(cfg.train.init_from)
+    _check_same_model(cfg, init.config, "train.init_from")
+    key = "data.tokenizer"
+    diff = _differences(flatten(cfg.data.tokenizer, key), flatten(init.config.data.tokenizer, key))
+    if diff:
+        raise NMTError(
+            "train.init_from keeps the checkpoint's tokenizer (the embeddings are tied to it): "
+            + ", ".join(diff)
+        )
+    say(
+        f"nmt-train: starting from the weights and tokenizer of {init.path} (step "
+        f"{init.payload['step']}); optimizer, learning-rate schedule, step count, data order and "
+        "early stopping start afresh"
+    )
+    return init
