@@ -11,13 +11,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-from enum import Enum
 from pathlib import Path
 
 import torch
 
 from nmt.checkpoint import CKPT_FILE, Checkpoint, load_checkpoint, save_checkpoint
-from nmt.config import AverageRunConfig
+from nmt.config import AverageRunConfig, flatten
 from nmt.errors import NMTError
 
 
@@ -28,18 +27,14 @@ class _Averaged:
     steps: list[int]  # the step of each input, in the order given
 
 
-def _plain(value: object) -> object:
-    return value.value if isinstance(value, Enum) else value
-
-
 def _differences(a: Checkpoint, b: Checkpoint) -> list[str]:
     """What makes two checkpoints' weights incomparable: the model, the languages, the vocabulary.
 
     Training settings (max_steps, lr, resume, ...) may differ: a resumed run changes them.
     """
-    left, right = dataclasses.asdict(a.config.model), dataclasses.asdict(b.config.model)
+    left, right = flatten(a.config.model, "model"), flatten(b.config.model, "model")
     diffs = [
-        f"model.{key} ({_plain(left.get(key))} vs {_plain(right.get(key))})"
+        f"{key} ({left.get(key)} vs {right.get(key)})"
         for key in sorted(left.keys() | right.keys())
         if left.get(key) != right.get(key)
     ]
