@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 DEMO_RUN := runs/demo
 
-.PHONY: help install demo test test-gpu test-all lint format clean
+.PHONY: help install demo test test-gpu test-browser test-all lint format clean
 
 help: ## show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
@@ -13,7 +13,7 @@ help: ## show the targets
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q $(TORCH)
-	$(BIN)/pip install -q -e ".[dev]"
+	$(BIN)/pip install -q -e ".[dev,browser]"
 	touch $@
 
 install: $(BIN)/.installed ## create .venv with nmt (editable), its dependencies and the dev tools
@@ -31,6 +31,10 @@ test: install ## run the fast test suite
 
 test-gpu: install ## run the GPU test suite (skipped where CUDA is not available)
 	$(BIN)/python -m pytest -q -m gpu -rs
+
+test-browser: install ## install Debian's chromium if missing, then run the headless-browser tests
+	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
+	$(BIN)/python -m pytest -q -m browser -rs
 
 test-all: install ## run every test, slow and GPU ones included
 	$(BIN)/python -m pytest -q -m ""

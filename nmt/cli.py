@@ -8,6 +8,7 @@ choice, a missing file, a broken checkpoint) is one readable line and a non-zero
     nmt-train -m key=a,b,c ...   a sweep: one job per combination, run by Hydra's launcher
     nmt-evaluate ckpt=DIR ...    nmt-translate ckpt=DIR ...    nmt-average run_dir=DIR last=N
     nmt-plot run_dir=DIR         nmt-plot run_dirs=[A,B,...]
+    nmt-serve ckpt=DIR port=N    nmt-export ckpt=DIR format=onnx|torchscript|ctranslate2 out=DIR
 
 A sweep (`-m`/`--multirun`) goes through Hydra's own runtime, so launcher plugins
 (`hydra/launcher=joblib`, `submitit_slurm`, ...) work; but every job's config is composed onto the
@@ -29,8 +30,10 @@ from typing import TYPE_CHECKING
 from nmt.config import (
     AverageRunConfig,
     EvaluateRunConfig,
+    ExportRunConfig,
     PlotRunConfig,
     RNNConfig,
+    ServeRunConfig,
     TrainRunConfig,
     TransformerConfig,
     TranslateRunConfig,
@@ -47,6 +50,8 @@ EXAMPLES = {
     "translate": "ckpt=runs/NAME/checkpoints/best",
     "average": "run_dir=runs/NAME last=5",
     "plot": "run_dirs=[runs/a,runs/b]",
+    "serve": "ckpt=runs/NAME/checkpoints/best port=8000",
+    "export": "ckpt=runs/NAME/checkpoints/best format=onnx out=runs/export",
 }
 SWEEP_SUMMARY = "sweep.jsonl"
 
@@ -69,6 +74,8 @@ def _register_schemas() -> None:
     store.store(name="translate_schema", node=TranslateRunConfig)
     store.store(name="average_schema", node=AverageRunConfig)
     store.store(name="plot_schema", node=PlotRunConfig)
+    store.store(name="serve_schema", node=ServeRunConfig)
+    store.store(name="export_schema", node=ExportRunConfig)
     store.store(group="model", name="rnn", node=RNNConfig)
     store.store(group="model", name="transformer", node=TransformerConfig)
 
@@ -459,3 +466,23 @@ def main_average() -> None:
 
 def main_plot() -> None:
     sys.exit(plot())
+
+
+def serve(argv: list[str] | None = None) -> int:
+    from nmt.serve import serve_main
+
+    return _run("serve", serve_main, argv)
+
+
+def export(argv: list[str] | None = None) -> int:
+    from nmt.export import export_main
+
+    return _run("export", export_main, argv)
+
+
+def main_serve() -> None:
+    sys.exit(serve())
+
+
+def main_export() -> None:
+    sys.exit(export())

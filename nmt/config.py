@@ -486,3 +486,39 @@ class PlotRunConfig:
             raise NMTError("give run_dir=DIR or run_dirs=[DIR1,DIR2,...], not both")
         if self.run_dirs is not None and not self.run_dirs:
             raise NMTError("run_dirs=[] names no run")
+
+
+@dataclass
+class ServeRunConfig:
+    ckpt: str = MISSING
+    host: str = "127.0.0.1"  # 0.0.0.0 to listen on every interface
+    port: int = 8000  # 0 = any free port (the URL printed says which)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)  # defaults; a request may override
+    max_chars: int = 100_000  # longest text accepted per request (HTTP 413 above)
+    max_texts: int = 64  # most texts in one request
+    batch_wait_ms: float = 5.0  # collect concurrent requests this long into one decode; 0 = off
+    max_batch: int = 64  # most sentences in one batched decode
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        _check_device(self.device)
+        if not 0 <= self.port <= 65535:
+            raise NMTError(f"port={self.port} must be in 0..65535")
+        if self.max_chars < 1 or self.max_texts < 1 or self.max_batch < 1:
+            raise NMTError("max_chars, max_texts and max_batch must be >= 1")
+        if self.batch_wait_ms < 0:
+            raise NMTError(f"batch_wait_ms={self.batch_wait_ms} must be >= 0")
+
+
+class ExportFormat(str, Enum):
+    torchscript = "torchscript"
+    onnx = "onnx"
+    ctranslate2 = "ctranslate2"
+
+
+@dataclass
+class ExportRunConfig:
+    ckpt: str = MISSING
+    format: ExportFormat = ExportFormat.onnx
+    out: str = MISSING  # a new directory: the exported model, its tokenizer and a README
+    overwrite: bool = False  # replace an existing `out`
