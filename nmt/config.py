@@ -261,6 +261,7 @@ class TrainConfig:
     valid_bleu: bool = True  # greedy-decode the validation set for BLEU
     valid_heatmaps: int = 0  # attention PNGs of the first N validation sentences per validation
     log_every: int = 100  # steps
+    tensorboard: bool = True  # TensorBoard event files in run_dir (tensorboard --logdir runs)
     keep_last: int = 2  # step checkpoints kept besides `best`
     precision: Precision = Precision.fp32
     compile: bool = False  # torch.compile the model for training (validation and search stay eager)

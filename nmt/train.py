@@ -10,14 +10,12 @@ batches of an update are dealt out to the processes (see `Trainer.update`).
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import shutil
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
 
 import torch
 import torch.nn.functional as F
@@ -68,6 +66,7 @@ from nmt.models import build_model
 from nmt.models.seq2seq import Seq2Seq
 from nmt.preemption import StopRequest
 from nmt.resume import check_resume, load_init
+from nmt.run_log import RunLog, remove_logs
 from nmt.schedule import LRSchedule
 from nmt.search import decode_all
 from nmt.tokenizer import EOS, PAD, Vocabs, load_vocabs, train_vocabs
@@ -112,7 +111,7 @@ def _reset_run_dir(cfg: TrainRunConfig, root: Path) -> None:
     """train.overwrite: remove the old checkpoints and log (rank 0 only)."""
     if (root / "last").exists() and not cfg.train.resume:
         shutil.rmtree(root)
-        (Path(cfg.run_dir) / "metrics.jsonl").unlink(missing_ok=True)
+        remove_logs(Path(cfg.run_dir))
     Path(cfg.run_dir).mkdir(parents=True, exist_ok=True)
 
 
@@ -264,7 +263,8 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(device.type, enabled=fp16)
         self.progress = Progress()
         self.saved_step = -1  # step of the newest checkpoint
-        self.log: TextIO | None = None
+        self.log: RunLog | None = None  # rank 0's, while the loop runs
+        self.resumed_at: int | None = None  # the step a resumed run continues from
         self.bad_in_row = 0  # consecutive skipped updates (NaN/inf, out of memory)
         self.skipped = 0  # skipped updates since the last log line
         self.norms: list[float] = []  # gradient norms of the updates since the last log line
@@ -291,28 +291,11 @@ class Trainer:
         self.saved_step = self.progress.step
         ranks = payload.get("rng_ranks") or [payload["rng"]]
         _set_rng_state(ranks[self.where.rank])
-        if self.where.main:
-            self._truncate_log(self.progress.step)
-
-    def _truncate_log(self, step: int) -> None:
-        """Drop log lines written after the checkpoint we resume from (the run died later)."""
-        path = self.run_dir / "metrics.jsonl"
-        if path.exists():
-            lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-            kept = [line for line in lines if json.loads(line)["step"] <= step]
-            path.write_text("".join(kept), encoding="utf-8")
+        self.resumed_at = self.progress.step  # the logs are cut back to it when they open
 
     def record(self, entry: dict) -> None:
-        if self.log is None:
-            return
-        row = {
-            "step": self.progress.step,
-            "epoch": self.progress.epoch,
-            "time": time.time(),
-            **entry,
-        }
-        self.log.write(json.dumps(row) + "\n")
-        self.log.flush()
+        if self.log is not None:
+            self.log.write(self.progress.step, self.progress.epoch, entry)
 
     def update(self, group: list[list[int]]) -> tuple[torch.Tensor, int]:
         """One optimizer update over `group`, the batches of this update on all ranks together
@@ -570,9 +553,9 @@ class Trainer:
 
     @contextlib.contextmanager
     def _metrics_log(self):
-        """metrics.jsonl, appended to by rank 0 while the loop runs."""
+        """metrics.jsonl (and TensorBoard events), appended to by rank 0 while the loop runs."""
         if self.where.main:
-            self.log = open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+            self.log = RunLog(self.run_dir, self.cfg.train.tensorboard, self.resumed_at)
         try:
             yield
         finally:

@@ -1,0 +1,77 @@
+"""The metrics log of a run: every row goes to `metrics.jsonl` and, with `train.tensorboard`, to
+TensorBoard event files in the run directory (`tensorboard --logdir runs` shows every run by name).
+
+`metrics.jsonl` is the record the project reads back (nmt-plot, sweeps, tests); the event files
+are a view of the same rows, written with PyTorch's own `torch.utils.tensorboard` writer: numeric
+fields become scalars tagged `<split>/<field>` at the row's step and wall time.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from types import TracebackType
+
+METRICS = "metrics.jsonl"
+EVENTS_GLOB = "events.out.tfevents.*"
+# row fields that are bookkeeping, not curves
+_NOT_SCALARS = {"step", "epoch", "time", "split", "best"}
+
+
+class RunLog:
+    """Appends rows to one run's logs; a context manager that closes them."""
+
+    def __init__(self, run_dir: Path, tensorboard: bool, resumed_at: int | None = None) -> None:
+        """`resumed_at`: the step of the checkpoint a resumed run continues from; rows written
+        after it by the run that died are dropped from both logs."""
+        self.path = run_dir / METRICS
+        if resumed_at is not None:
+            self._truncate(resumed_at)
+        self.file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed by close())
+        self.writer = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            # purge_step makes TensorBoard discard the older files' events from that step on
+            purge = None if resumed_at is None else resumed_at + 1
+            self.writer = SummaryWriter(log_dir=str(run_dir), purge_step=purge)
+
+    def write(self, step: int, epoch: int, entry: dict) -> None:
+        row = {"step": step, "epoch": epoch, "time": time.time(), **entry}
+        self.file.write(json.dumps(row) + "\n")
+        self.file.flush()
+        if self.writer is None:
+            return
+        split = entry.get("split", "train")
+        for key, value in entry.items():
+            if key in _NOT_SCALARS or isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            self.writer.add_scalar(f"{split}/{key}", value, step, walltime=row["time"])
+        self.writer.flush()  # a run killed at any moment keeps what it logged
+
+    def close(self) -> None:
+        self.file.close()
+        if self.writer is not None:
+            self.writer.close()
+
+    def __enter__(self) -> RunLog:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def _truncate(self, step: int) -> None:
+        if self.path.exists():
+            lines = self.path.read_text(encoding="utf-8").splitlines(keepends=True)
+            kept = [line for line in lines if json.loads(line)["step"] <= step]
+            self.path.write_text("".join(kept), encoding="utf-8")
+
+
+def remove_logs(run_dir: Path) -> None:
+    """train.overwrite: the old run's metrics and event files go with its checkpoints."""
+    (run_dir / METRICS).unlink(missing_ok=True)
+    for events in run_dir.glob(EVENTS_GLOB):
+        events.unlink()
