@@ -145,7 +145,6 @@ def request_decode(defaults: DecodeConfig, given: object, max_beam: int) -> Deco
     if not isinstance(given, dict):
         raise BadRequest(422, f'"decode" must be an object, not {_kind(given)}')
     _check_keys(given, DECODE_KEYS, "decode.")
-    changes = {}
     ranges = {**DECODE_RANGES, "beam_size": (1, max_beam), "n_best": (1, max_beam)}
     changes = {}
     for key, value in given.items():
