@@ -44,6 +44,8 @@ class Batcher:
         self.wait = wait_ms / 1000
         self.max_batch = max_batch
         self.decodes = 0  # batches handed to `run` so far
+        self.requests = 0  # requests in them
+        self.items = 0  # items in them
         self._pending: list[_Request] = []
         self._dispatcher: asyncio.Task | None = None
         self._filled: asyncio.Event | None = None  # set when the oldest key has a full batch
@@ -88,6 +90,8 @@ class Batcher:
                 continue
             items = [item for r in batch for item in r.items]
             self.decodes += 1
+            self.requests += len(batch)
+            self.items += len(items)
             try:
                 results = await loop.run_in_executor(self._worker, self.run, batch[0].key, items)
                 if len(results) != len(items):

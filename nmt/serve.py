@@ -308,7 +308,8 @@ def create_app(translator: Translator, cfg: ServeRunConfig, info: dict) -> Starl
         return JSONResponse({"status": "ok"})
 
     async def model_info(request: Request) -> Response:
-        return JSONResponse(info)
+        counts = {k: getattr(batcher, k) for k in ("decodes", "requests", "items")}
+        return JSONResponse({**info, "batching": counts})
 
     async def page(request: Request) -> Response:
         return FileResponse(WEB / "index.html", headers=PAGE_HEADERS)

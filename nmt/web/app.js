@@ -263,13 +263,15 @@ function colour(weight) {
 
 // --- the model and the controls --------------------------------------------------------------
 
+const capital = (word) => word.charAt(0).toUpperCase() + word.slice(1);
+
 function describeModel(info) {
   const lang = (code) => LANGUAGES[code] || code;
   ui.sourceLabel.textContent = lang(info.languages.source);
   ui.targetLabel.textContent = lang(info.languages.target);
   const arch = info.family === "transformer"
     ? `Transformer ${info.encoder_layers}+${info.decoder_layers} layers, ${info.heads} heads`
-    : `${info.cell.toUpperCase()}, ${info.decoder} decoder, ${info.scorer} attention`;
+    : `${info.cell.toUpperCase()}, ${capital(info.decoder)} decoder, ${info.scorer} attention`;
   const parts = [`${info.languages.source} → ${info.languages.target}`, arch, `step ${info.step}`];
   if (info.validation.bleu !== null) {
     parts.push(`valid BLEU ${info.validation.bleu.toFixed(1)} (${info.validation.decode})`);
