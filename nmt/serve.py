@@ -69,6 +69,9 @@ DECODE_RANGES = {
     "seed": (0, 2**31 - 1),
 }
 ATTENTION_DECIMALS = 4  # attention weights are rounded to this many decimals on the wire
+# most attention weights returned for one text (all its hypotheses, layers and heads), about 16 MB
+# of JSON: a 1,000-piece source with a long n-best list would otherwise give gigabytes
+MAX_ATTENTION_WEIGHTS = 2_000_000
 log = logging.getLogger("nmt.serve")
 
 
@@ -202,8 +205,15 @@ def translation_json(t: Translation, attention: bool) -> dict:
     }
     if attention:
         maps = [m for _, m in t.nbest_maps]
+        weights = sum(m.numel() for m in maps if m is not None)
         if not t.src_pieces or any(m is None for m in maps):
             out["attention"] = None  # a blank text, or a model without attention
+        elif weights > MAX_ATTENTION_WEIGHTS:
+            out["attention"] = None
+            out["attention_omitted"] = (
+                f"{weights} attention weights, more than the {MAX_ATTENTION_WEIGHTS} this server "
+                "returns for one text"
+            )
         else:
             scale = 10.0**ATTENTION_DECIMALS
             out["attention"] = {
@@ -353,7 +363,8 @@ async def _bad_request(request: Request, exc: Exception) -> Response:
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    path, allowed = request.url.path, (exc.headers or {}).get("Allow")
+    path, allowed = request.url.path, (exc.headers or {}).get("Allow", "")
+    allowed = ", ".join(sorted(allowed.split(", ")))  # Starlette keeps them in a set
     message = {
         404: f"no such path: {path} (the API: POST /translate, GET /health, GET /info, GET /)",
         405: f"{request.method} is not allowed on {path}; allowed: {allowed}",

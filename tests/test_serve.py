@@ -25,7 +25,7 @@ import pytest
 import torch
 from starlette.testclient import TestClient
 
-from nmt import cli
+from nmt import cli, serve
 from nmt.batching import Batcher
 from nmt.config import DecodeConfig, ServeRunConfig, Strategy, TransformerConfig
 from nmt.errors import NMTError
@@ -159,6 +159,13 @@ def test_attention_has_a_map_per_hypothesis_shaped_by_the_pieces(client, ckpt):
     assert blank["attention"] is None and blank["text"] == ""
 
 
+def test_attention_too_large_to_send_is_left_out_with_a_reason(client, monkeypatch):
+    monkeypatch.setattr(serve, "MAX_ATTENTION_WEIGHTS", 20)
+    result = post(client, {"text": SENTENCES[0], "attention": True})["translations"][0]
+    assert result["text"] and result["attention"] is None
+    assert "more than the 20 this server returns" in result["attention_omitted"]
+
+
 def test_a_transformer_reports_every_layer_and_head(ckpt):
     """An untrained 2-layer, 4-head Transformer on the tiny run's vocabulary: [L][h][T][S]."""
     base = Translator.from_checkpoint(ckpt, BEAM, "cpu")
@@ -198,6 +205,7 @@ def test_health_and_info(client, ckpt):
     assert info["validation"]["bleu"] == pytest.approx(valid["bleu"])
     assert info["validation"]["decode"] == "greedy"
     assert info["limits"]["max_beam"] == 8
+    assert set(info["batching"]) == {"decodes", "requests", "items"}
 
 
 def test_the_page_and_its_files_are_served(client):
@@ -269,7 +277,7 @@ def test_bad_input_gets_a_clear_4xx_and_the_server_goes_on(client, body, status,
     [
         ("GET", "/translate", 405, "GET is not allowed on /translate; allowed: POST"),
         ("PUT", "/translate", 405, "allowed: POST"),
-        ("POST", "/health", 405, "POST is not allowed on /health; allowed: HEAD, GET"),
+        ("POST", "/health", 405, "POST is not allowed on /health; allowed: GET, HEAD"),
         ("DELETE", "/info", 405, "DELETE is not allowed on /info"),
         ("GET", "/nowhere", 404, "no such path: /nowhere"),
         ("GET", "/static/missing.js", 404, "no such path"),
