@@ -387,6 +387,32 @@ def test_batch_wait_0_decodes_every_request_alone(ckpt, monkeypatch):
     assert sizes == [1] * 6
 
 
+def test_the_event_loop_answers_while_a_decode_runs(ckpt, monkeypatch):
+    """Decoding runs in the worker thread: /health is answered in the middle of a slow decode."""
+    real = Translator.translate_full
+
+    def slow(self, sentences, attention=True, first_line=1):
+        time.sleep(1.0)
+        return real(self, sentences, attention, first_line)
+
+    monkeypatch.setattr(Translator, "translate_full", slow)
+    app = load_app(serve_config(ckpt))
+
+    async def main():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://serve") as c:
+            began = time.monotonic()
+            decoding = asyncio.create_task(c.post("/translate", json={"text": SENTENCES[0]}))
+            await asyncio.sleep(0.2)
+            health = await c.get("/health")
+            answered = time.monotonic() - began
+            return health, answered, await decoding, time.monotonic() - began
+
+    health, answered, translated, finished = asyncio.run(main())
+    assert health.json() == {"status": "ok"} and translated.status_code == 200
+    assert answered < 0.8 < 1.0 <= finished
+
+
 def test_batcher_groups_by_key_keeps_order_and_survives_a_failure():
     batches = []
 
