@@ -28,6 +28,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from torch import Tensor
 
 from nmt.batching import Batcher
 from nmt.checkpoint import load_checkpoint, restore_model
@@ -195,6 +196,12 @@ def _number(x: float) -> float | None:
     return x if math.isfinite(x) else None  # JSON has no -inf
 
 
+def _weights(maps: Tensor) -> list:
+    """Maps (T, L, h, S) as nested lists [L][h][T][S], rounded to ATTENTION_DECIMALS."""
+    scale = 10.0**ATTENTION_DECIMALS
+    return (maps.permute(1, 2, 0, 3).double() * scale).round().div(scale).tolist()
+
+
 def translation_json(t: Translation, attention: bool) -> dict:
     """One translation as the API returns it (see docs/serve.md)."""
     out = {
@@ -215,18 +222,10 @@ def translation_json(t: Translation, attention: bool) -> dict:
                 "returns for one text"
             )
         else:
-            scale = 10.0**ATTENTION_DECIMALS
             out["attention"] = {
                 "src_pieces": t.src_pieces,
                 "hypotheses": [
-                    {  # (T, L, h, S) -> [L][h][T][S]
-                        "tgt_pieces": pieces,
-                        "weights": (m.permute(1, 2, 0, 3).double() * scale)
-                        .round()
-                        .div(scale)
-                        .tolist(),
-                    }  # fmt: skip
-                    for pieces, m in t.nbest_maps
+                    {"tgt_pieces": pieces, "weights": _weights(m)} for pieces, m in t.nbest_maps
                 ],
             }
     return out
@@ -267,8 +266,8 @@ def describe_model(translator: Translator, run: TrainRunConfig, payload: dict) -
         "decode": flatten(translator.decode),
         "step": payload.get("step"),
         "validation": {
-            "bleu": metrics.get("bleu"),
-            "loss": metrics.get("loss"),
+            "bleu": _number(metrics["bleu"]) if "bleu" in metrics else None,
+            "loss": _number(metrics["loss"]) if "loss" in metrics else None,
             "decode": run.decode.describe() if "bleu" in metrics else None,
         },
         "device": str(translator.device),
