@@ -200,8 +200,8 @@ function drawHeatmap() {
     }
   }
   const [r, c] = state.cell;
-  state.cell = [Math.min(r, rows.length - 1), Math.min(c, src.length - 1)];
-  cellAt(...state.cell).tabIndex = 0;
+  state.cell = [Math.max(0, Math.min(r, rows.length - 1)), Math.max(0, Math.min(c, src.length - 1))];
+  if (rows.length && src.length) cellAt(...state.cell).tabIndex = 0;
   ui.status.textContent = "\u00a0";
 }
 
@@ -237,7 +237,7 @@ ui.heatmap.addEventListener("focusin", (event) => {
 ui.heatmap.addEventListener("keydown", (event) => {
   const moves = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1] };
   const body = ui.heatmap.tBodies[0];
-  if (!body) return;
+  if (!body || !body.rows.length) return;
   let [r, c] = state.cell;
   const last = [body.rows.length - 1, body.rows[0].cells.length - 2];
   if (moves[event.key]) {
