@@ -495,8 +495,9 @@ class ServeRunConfig:
     host: str = "127.0.0.1"  # 0.0.0.0 to listen on every interface
     port: int = 8000  # 0 = any free port (the URL printed says which)
     decode: DecodeConfig = field(default_factory=DecodeConfig)  # defaults; a request may override
-    max_chars: int = 100_000  # longest text accepted per request (HTTP 413 above)
+    max_chars: int = 100_000  # most characters in one request, all its texts together (HTTP 413)
     max_texts: int = 64  # most texts in one request
+    max_beam: int = 16  # largest beam_size and n_best a request may ask for (HTTP 422 above)
     batch_wait_ms: float = 5.0  # collect concurrent requests this long into one decode; 0 = off
     max_batch: int = 64  # most sentences in one batched decode
     device: str = "auto"
@@ -505,8 +506,8 @@ class ServeRunConfig:
         _check_device(self.device)
         if not 0 <= self.port <= 65535:
             raise NMTError(f"port={self.port} must be in 0..65535")
-        if self.max_chars < 1 or self.max_texts < 1 or self.max_batch < 1:
-            raise NMTError("max_chars, max_texts and max_batch must be >= 1")
+        if min(self.max_chars, self.max_texts, self.max_batch, self.max_beam) < 1:
+            raise NMTError("max_chars, max_texts, max_batch and max_beam must be >= 1")
         if self.batch_wait_ms < 0:
             raise NMTError(f"batch_wait_ms={self.batch_wait_ms} must be >= 0")
 

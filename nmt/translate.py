@@ -13,7 +13,7 @@ import queue
 import sys
 import threading
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
@@ -46,6 +46,8 @@ class Translation:
     maps: Tensor | None  # attention maps (len(tgt_pieces), L, h, len(src_pieces))
     score: float  # log-probability
     nbest: list[tuple[str, float]]  # every hypothesis kept, best first: (text, normalised score)
+    # with attention: (target pieces, maps) of each n-best hypothesis, in the order of `nbest`
+    nbest_maps: list[tuple[list[str], Tensor | None]] = field(default_factory=list)
 
     def attention(self, layer: int | None = -1, head: int | None = None) -> Tensor | None:
         """(len(tgt_pieces), len(src_pieces)): one layer's map (None: the mean of the layers),
@@ -102,15 +104,17 @@ class Translator:
         out = [Translation(s, "", [], [], None, 0.0, [("", 0.0)]) for s in sentences]
         for i, ids, hyps in zip(todo, src_ids, nbests):
             nbest = [(next(texts), h.normalized) for h in hyps]
+            pieces = [self.vocabs.tgt.id_to_piece(h.tokens + [EOS] * h.ended) for h in hyps]
             best = hyps[0]
             out[i] = Translation(
                 source=sentences[i],
                 text=nbest[0][0],
                 src_pieces=self.vocabs.src.id_to_piece(ids),
-                tgt_pieces=self.vocabs.tgt.id_to_piece(best.tokens + [EOS] * best.ended),
+                tgt_pieces=pieces[0],
                 maps=best.attention,
                 score=best.score,
                 nbest=nbest,
+                nbest_maps=[(p, h.attention) for p, h in zip(pieces, hyps)] if attention else [],
             )
         return out
 

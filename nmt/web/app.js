@@ -1,0 +1,308 @@
+// The nmt-serve page: translate as you type, list the n-best hypotheses, draw the attention of the
+// chosen one as a table (rows = target pieces, columns = source pieces). Plain JS, no libraries.
+"use strict";
+
+const DEBOUNCE_MS = 250;
+const LANGUAGES = { de: "German", en: "English", fr: "French", cs: "Czech", es: "Spanish" };
+
+const $ = (id) => document.getElementById(id);
+const ui = {
+  model: $("model"), source: $("source"), sourceLabel: $("source-label"),
+  target: $("target"), targetLabel: $("target-label"), error: $("error"),
+  strategy: $("strategy"), beamSize: $("beam-size"), nBest: $("n-best"), timing: $("timing"),
+  nbest: $("nbest"), mapControls: $("map-controls"), layer: $("layer"), head: $("head"),
+  heatmap: $("heatmap"), status: $("status"),
+};
+
+const state = {
+  sent: 0,        // id of the newest request sent
+  shown: 0,       // id of the request whose answer is on screen (older answers are dropped)
+  timer: null,
+  result: null,   // the translation on screen (one item of the API's "translations")
+  chosen: 0,      // index of the hypothesis whose attention is drawn
+  matrix: null,   // the weights drawn: [T][S]
+  cell: [0, 0],   // the heatmap cell that takes focus (row, column)
+};
+
+// --- talking to the server -------------------------------------------------------------------
+
+function decodeSettings() {
+  const strategy = ui.strategy.value;
+  if (strategy === "greedy") return { strategy };
+  const beam = clampInput(ui.beamSize, 1, Number(ui.beamSize.max));
+  const nBest = clampInput(ui.nBest, 1, strategy === "beam" ? beam : Number(ui.nBest.max));
+  return strategy === "beam" ? { strategy, beam_size: beam, n_best: nBest } : { strategy, n_best: nBest };
+}
+
+function clampInput(input, low, high) {
+  const value = Math.min(high, Math.max(low, Math.round(Number(input.value) || low)));
+  if (String(value) !== input.value) input.value = String(value);
+  return value;
+}
+
+async function translate() {
+  clearTimeout(state.timer);
+  const text = ui.source.value;
+  const id = ++state.sent;
+  if (!text.trim()) {
+    state.shown = id;
+    show(null);
+    return;
+  }
+  const began = performance.now();
+  let answer, body;
+  try {
+    answer = await fetch("/translate", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ text, attention: true, decode: decodeSettings() }),
+    });
+    body = await answer.json();
+  } catch (err) {
+    body = { error: `the server cannot be reached (${err.message})` };
+  }
+  if (id <= state.shown) return; // a newer request has already been answered
+  state.shown = id;
+  if (!answer || !answer.ok) {
+    showError(body.error || `HTTP ${answer.status}`);
+    return;
+  }
+  ui.timing.textContent = `${Math.round(performance.now() - began)} ms`;
+  show(body.translations[0]);
+}
+
+function later() {
+  clearTimeout(state.timer);
+  state.timer = setTimeout(translate, DEBOUNCE_MS);
+}
+
+// --- showing a translation -------------------------------------------------------------------
+
+function showError(message) {
+  ui.error.textContent = message;
+  ui.error.hidden = false;
+}
+
+function show(result) {
+  ui.error.hidden = true;
+  state.result = result;
+  state.chosen = 0;
+  ui.target.textContent = result ? result.text : "";
+  ui.nbest.replaceChildren();
+  for (const [rank, hyp] of (result ? result.nbest : []).entries()) {
+    const item = document.createElement("li");
+    item.id = `hyp-${rank}`;
+    item.setAttribute("role", "option");
+    const text = document.createElement("span");
+    text.className = "hyp-text";
+    text.textContent = hyp.text || "(empty)";
+    const score = document.createElement("span");
+    score.className = "hyp-score";
+    score.textContent = hyp.score === null ? "–" : hyp.score.toFixed(3);
+    score.title = "score: log-probability, length-normalised as decode.length_penalty says";
+    item.append(text, score);
+    item.addEventListener("click", () => choose(rank));
+    ui.nbest.append(item);
+  }
+  setupSelectors();
+  choose(0);
+}
+
+function choose(rank) {
+  const items = ui.nbest.children;
+  if (!items.length) {
+    ui.nbest.removeAttribute("aria-activedescendant");
+    drawHeatmap();
+    return;
+  }
+  state.chosen = Math.max(0, Math.min(items.length - 1, rank));
+  for (const [i, item] of Array.from(items).entries()) {
+    item.setAttribute("aria-selected", String(i === state.chosen));
+  }
+  ui.nbest.setAttribute("aria-activedescendant", items[state.chosen].id);
+  items[state.chosen].scrollIntoView({ block: "nearest" });
+  drawHeatmap();
+}
+
+ui.nbest.addEventListener("keydown", (event) => {
+  const step = { ArrowDown: 1, ArrowUp: -1 }[event.key];
+  if (step !== undefined) choose(state.chosen + step);
+  else if (event.key === "Home") choose(0);
+  else if (event.key === "End") choose(ui.nbest.children.length - 1);
+  else return;
+  event.preventDefault();
+});
+
+// --- the attention map -----------------------------------------------------------------------
+
+function hypothesis() {
+  const attention = state.result && state.result.attention;
+  return attention ? attention.hypotheses[state.chosen] : null;
+}
+
+function setupSelectors() {
+  const hyp = hypothesis();
+  if (!hyp) return; // nothing drawn: keep the reader's choice for the next translation
+  const layers = hyp.weights.length;
+  const heads = hyp.weights[0].length;
+  fillSelect(ui.layer, layers, "layer", layers - 1); // the top layer by default
+  fillSelect(ui.head, heads, "head", "mean");
+  ui.mapControls.hidden = layers <= 1 && heads <= 1;
+}
+
+function fillSelect(select, count, name, preferred) {
+  if (select.options.length === count + 1) return; // same model: keep the reader's choice
+  const options = [["mean", `mean of ${name}s`]];
+  for (let i = 0; i < count; i++) options.push([String(i), `${name} ${i + 1}`]);
+  select.replaceChildren(...options.map(([value, label]) => new Option(label, value)));
+  select.value = String(preferred);
+}
+
+// weights [L][h][T][S] -> [T][S]: one layer and head, or the mean over either
+function matrix(weights) {
+  const pick = (items, choice) => (choice === "mean" ? items : [items[Number(choice)]]);
+  const chosen = pick(weights, ui.layer.value).flatMap((heads) => pick(heads, ui.head.value));
+  return chosen[0].map((row, t) =>
+    row.map((_, s) => chosen.reduce((sum, m) => sum + m[t][s], 0) / chosen.length));
+}
+
+function drawHeatmap() {
+  const hyp = hypothesis();
+  ui.heatmap.replaceChildren();
+  if (!hyp) {
+    ui.status.textContent = state.result ? "This model has no attention to show." : "\u00a0";
+    return;
+  }
+  const src = state.result.attention.src_pieces;
+  const rows = (state.matrix = matrix(hyp.weights));
+  const head = ui.heatmap.createTHead().insertRow();
+  head.append(document.createElement("td"));
+  for (const piece of src) {
+    const th = document.createElement("th");
+    th.scope = "col";
+    th.textContent = piece;
+    head.append(th);
+  }
+  const body = ui.heatmap.createTBody();
+  for (const [t, piece] of hyp.tgt_pieces.entries()) {
+    const tr = body.insertRow();
+    const th = document.createElement("th");
+    th.scope = "row";
+    th.textContent = piece;
+    tr.append(th);
+    for (const [s, weight] of rows[t].entries()) {
+      const td = tr.insertCell();
+      td.tabIndex = -1;
+      td.dataset.row = t;
+      td.dataset.col = s;
+      td.style.backgroundColor = colour(weight);
+      td.setAttribute("aria-label", `${piece} to ${src[s]}: ${weight.toFixed(3)}`);
+    }
+  }
+  const [r, c] = state.cell;
+  state.cell = [Math.max(0, Math.min(r, rows.length - 1)), Math.max(0, Math.min(c, src.length - 1))];
+  if (rows.length && src.length) cellAt(...state.cell).tabIndex = 0;
+  ui.status.textContent = "\u00a0";
+}
+
+function cellAt(row, col) {
+  return ui.heatmap.tBodies[0].rows[row].cells[col + 1];
+}
+
+function describeCell(td) {
+  const t = Number(td.dataset.row), s = Number(td.dataset.col);
+  const hyp = hypothesis();
+  const weight = state.matrix[t][s];
+  ui.status.textContent =
+    `target “${hyp.tgt_pieces[t]}” ← source “${state.result.attention.src_pieces[s]}”: ${weight.toFixed(3)}`;
+  for (const th of ui.heatmap.querySelectorAll(".lit")) th.classList.remove("lit");
+  ui.heatmap.tHead.rows[0].cells[s + 1].classList.add("lit");
+  td.parentElement.cells[0].classList.add("lit");
+}
+
+ui.heatmap.addEventListener("mouseover", (event) => {
+  const td = event.target.closest("td[data-row]");
+  if (td) describeCell(td);
+});
+
+ui.heatmap.addEventListener("focusin", (event) => {
+  const td = event.target.closest("td[data-row]");
+  if (!td) return;
+  cellAt(...state.cell).tabIndex = -1;
+  state.cell = [Number(td.dataset.row), Number(td.dataset.col)];
+  td.tabIndex = 0;
+  describeCell(td);
+});
+
+ui.heatmap.addEventListener("keydown", (event) => {
+  const moves = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1] };
+  const body = ui.heatmap.tBodies[0];
+  if (!body || !body.rows.length) return;
+  let [r, c] = state.cell;
+  const last = [body.rows.length - 1, body.rows[0].cells.length - 2];
+  if (moves[event.key]) {
+    r += moves[event.key][0];
+    c += moves[event.key][1];
+  } else if (event.key === "Home") c = 0;
+  else if (event.key === "End") c = last[1];
+  else return;
+  event.preventDefault();
+  cellAt(Math.max(0, Math.min(last[0], r)), Math.max(0, Math.min(last[1], c))).focus();
+});
+
+// viridis, sampled at 0, 0.25, 0.5, 0.75, 1 and interpolated linearly
+const RAMP = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];
+
+function colour(weight) {
+  const x = Math.max(0, Math.min(1, weight)) * (RAMP.length - 1);
+  const i = Math.min(RAMP.length - 2, Math.floor(x));
+  const f = x - i;
+  const rgb = RAMP[i].map((v, k) => Math.round(v + f * (RAMP[i + 1][k] - v)));
+  return `rgb(${rgb.join(",")})`;
+}
+
+// --- the model and the controls --------------------------------------------------------------
+
+const capital = (word) => word.charAt(0).toUpperCase() + word.slice(1);
+
+function describeModel(info) {
+  const lang = (code) => LANGUAGES[code] || code;
+  ui.sourceLabel.textContent = lang(info.languages.source);
+  ui.targetLabel.textContent = lang(info.languages.target);
+  const arch = info.family === "transformer"
+    ? `Transformer ${info.encoder_layers}+${info.decoder_layers} layers, ${info.heads} heads`
+    : `${info.cell.toUpperCase()}, ${capital(info.decoder)} decoder, ${info.scorer} attention`;
+  const parts = [`${info.languages.source} → ${info.languages.target}`, arch, `step ${info.step}`];
+  if (info.validation.bleu !== null) {
+    parts.push(`valid BLEU ${info.validation.bleu.toFixed(1)} (${info.validation.decode})`);
+  }
+  ui.model.textContent = parts.join(" · ");
+  const limit = String(info.limits.max_beam);
+  ui.beamSize.max = ui.nBest.max = limit;
+  ui.strategy.value = info.decode.strategy;
+  ui.beamSize.value = String(info.decode.beam_size);
+  ui.nBest.value = String(info.decode.n_best);
+  syncControls();
+}
+
+function syncControls() {
+  const strategy = ui.strategy.value;
+  ui.beamSize.disabled = strategy !== "beam";
+  ui.nBest.disabled = strategy === "greedy";
+}
+
+ui.source.addEventListener("input", later);
+ui.strategy.addEventListener("change", () => { syncControls(); translate(); });
+ui.beamSize.addEventListener("change", translate);
+ui.nBest.addEventListener("change", translate);
+ui.layer.addEventListener("change", drawHeatmap);
+ui.head.addEventListener("change", drawHeatmap);
+$("decode").addEventListener("submit", (event) => { event.preventDefault(); translate(); });
+
+fetch("/info")
+  .then((answer) => answer.json())
+  .then((info) => {
+    describeModel(info);
+    if (ui.source.value.trim()) translate();
+  })
+  .catch((err) => showError(`cannot read /info: ${err.message}`));

@@ -1,0 +1,499 @@
+"""nmt-serve: the API against Translator itself, every bad input, batching, and the command.
+
+The app is driven in-process (Starlette's TestClient with raise_server_exceptions=True, so a
+request that reached the catch-all 500 handler would fail the test) and, for concurrency, with
+httpx.AsyncClient on the ASGI app. One tiny GRU is trained per session (shared with
+test_serve_browser.py through `tiny_checkpoint`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+from starlette.testclient import TestClient
+
+from nmt import cli, serve
+from nmt.batching import Batcher
+from nmt.config import DecodeConfig, ServeRunConfig, Strategy, TransformerConfig
+from nmt.errors import NMTError
+from nmt.models import build_model
+from nmt.serve import create_app, describe_model, load_app, request_decode
+from nmt.translate import Translator
+
+TINY = [
+    "data.tokenizer.vocab_size=400",
+    "train.batch_tokens=600",
+    "train.lr=0.003",
+    "model=gru_bahdanau",
+    "model.emb_size=64",
+    "model.hidden_size=64",
+    "train.max_steps=150",  # enough that different sentences get different translations
+    "train.valid_every=150",
+]
+SENTENCES = [
+    "Ich sehe einundzwanzig rote Äpfel.",
+    "Er zählt zwölf Katzen.",
+    "Die Kinder malen drei blaue Häuser.",
+    "Wir kaufen vierzig grüne Stühle.",
+    "Sie weiß, dass der Hund schläft.",
+    "Ich habe zweihundert Bücher.",
+    "Das Mädchen sieht fünf gelbe Vögel.",
+    "Meine Schwester braucht neun Tische.",
+    "Der Mann trägt sieben schwarze Hüte.",
+    "Du findest achtzehn weiße Steine.",
+]
+BEAM = DecodeConfig(strategy=Strategy.beam, beam_size=4, n_best=1)
+LIMITS = {"max_chars": 300, "max_texts": 4, "max_beam": 8}
+
+
+def tiny_checkpoint(tmp_path_factory, demo_dir: Path) -> Path:
+    """A tiny trained GRU + Bahdanau checkpoint, trained once per test session."""
+    run = tmp_path_factory.getbasetemp() / "serve-tiny-gru"
+    best = run / "checkpoints" / "best"
+    if not best.exists():
+        args = ["data=demo", f"data.local_dir={demo_dir}", f"run_dir={run}", *TINY]
+        assert cli.train([*args, "train.overwrite=true"]) == 0
+    return best
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory, demo_dir) -> Path:
+    return tiny_checkpoint(tmp_path_factory, demo_dir)
+
+
+def serve_config(ckpt: Path, **changes) -> ServeRunConfig:
+    return ServeRunConfig(ckpt=str(ckpt), decode=BEAM, device="cpu", **{**LIMITS, **changes})
+
+
+@pytest.fixture(scope="module")
+def client(ckpt):
+    with TestClient(load_app(serve_config(ckpt)), raise_server_exceptions=True) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def translator(ckpt) -> Translator:
+    return Translator.from_checkpoint(ckpt, BEAM, device="cpu")
+
+
+def post(client, body: dict):
+    answer = client.post("/translate", json=body)
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+# --- what the API answers ---------------------------------------------------------------------
+
+
+def test_one_text_is_translated_as_the_translator_does(client, translator):
+    got = post(client, {"text": SENTENCES[0]})
+    want = translator.translate_full([SENTENCES[0]], attention=False)[0]
+    [result] = got["translations"]
+    assert result["source"] == SENTENCES[0]
+    assert result["text"] == want.text != ""
+    assert result["score"] == pytest.approx(want.score)
+    assert [(h["text"], h["score"]) for h in result["nbest"]] == [
+        (text, pytest.approx(score)) for text, score in want.nbest
+    ]
+    assert "attention" not in result
+    assert got["decode"]["strategy"] == "beam" and got["decode"]["beam_size"] == 4
+
+
+def test_several_texts_keep_their_order_and_blank_ones_translate_to_empty(client, translator):
+    texts = [SENTENCES[1], "   ", SENTENCES[2], ""]
+    got = post(client, {"texts": texts})["translations"]
+    want = translator.translate_full(texts, attention=False)
+    assert [r["source"] for r in got] == texts
+    assert [r["text"] for r in got] == [w.text for w in want]
+    assert got[1]["text"] == got[3]["text"] == "" and got[0]["text"] and got[2]["text"]
+
+
+def test_nbest_lists_follow_the_requested_beam(client, ckpt):
+    decode = {"strategy": "beam", "beam_size": 5, "n_best": 3, "length_penalty": "average"}
+    got = post(client, {"text": SENTENCES[3], "decode": decode})
+    config = DecodeConfig(strategy=Strategy.beam, beam_size=5, n_best=3, length_penalty="average")
+    want = Translator.from_checkpoint(ckpt, config, "cpu").translate_full([SENTENCES[3]])[0]
+    nbest = got["translations"][0]["nbest"]
+    assert [h["text"] for h in nbest] == [text for text, _ in want.nbest]
+    scores = [h["score"] for h in nbest]
+    assert len(scores) == 3 and scores == sorted(scores, reverse=True)
+    assert got["decode"]["length_penalty"] == "average"
+
+
+def test_a_request_for_greedy_gets_one_hypothesis_without_naming_n_best(client, translator):
+    got = post(client, {"text": SENTENCES[4], "decode": {"strategy": "greedy"}})
+    greedy = Translator(translator.model, translator.vocabs, DecodeConfig(), translator.device)
+    assert got["translations"][0]["text"] == greedy.translate([SENTENCES[4]])[0]
+    assert got["decode"]["n_best"] == 1
+
+
+def test_attention_has_a_map_per_hypothesis_shaped_by_the_pieces(client, ckpt):
+    decode = {"strategy": "beam", "beam_size": 3, "n_best": 2}
+    got = post(client, {"texts": [SENTENCES[5], ""], "attention": True, "decode": decode})
+    result, blank = got["translations"]
+    config = DecodeConfig(strategy=Strategy.beam, beam_size=3, n_best=2)
+    want = Translator.from_checkpoint(ckpt, config, "cpu").translate_full([SENTENCES[5]])[0]
+    attention = result["attention"]
+    assert attention["src_pieces"] == want.src_pieces
+    assert len(attention["hypotheses"]) == len(result["nbest"]) == 2
+    for hyp, (pieces, maps) in zip(attention["hypotheses"], want.nbest_maps):
+        weights = torch.tensor(hyp["weights"])  # [L][h][T][S]
+        assert hyp["tgt_pieces"] == pieces
+        assert weights.shape == (1, 1, len(pieces), len(want.src_pieces))
+        assert torch.allclose(weights, maps.permute(1, 2, 0, 3), atol=1e-4)
+        assert torch.allclose(weights.sum(-1), torch.ones(1, 1, len(pieces)), atol=1e-3)
+    assert attention["hypotheses"][0]["tgt_pieces"] == want.tgt_pieces
+    assert blank["attention"] is None and blank["text"] == ""
+
+
+def test_attention_too_large_to_send_is_left_out_with_a_reason(client, monkeypatch):
+    monkeypatch.setattr(serve, "MAX_ATTENTION_WEIGHTS", 20)
+    result = post(client, {"text": SENTENCES[0], "attention": True})["translations"][0]
+    assert result["text"] and result["attention"] is None
+    assert "more than the 20 this server returns" in result["attention_omitted"]
+
+
+def test_a_transformer_reports_every_layer_and_head(ckpt):
+    """An untrained 2-layer, 4-head Transformer on the tiny run's vocabulary: [L][h][T][S]."""
+    base = Translator.from_checkpoint(ckpt, BEAM, "cpu")
+    model_cfg = TransformerConfig(d_model=32, heads=4, ff_size=64, encoder_layers=2,
+                                  decoder_layers=2)  # fmt: skip
+    torch.manual_seed(0)
+    model = build_model(model_cfg, len(base.vocabs.src), len(base.vocabs.tgt), True)
+    translator = Translator(model, base.vocabs, BEAM, base.device)
+    from nmt.checkpoint import load_checkpoint
+
+    run = dataclasses.replace(load_checkpoint(ckpt).config, model=model_cfg)
+    info = describe_model(translator, run, {"step": 7})
+    with TestClient(create_app(translator, serve_config(ckpt), info)) as c:
+        result = post(c, {"text": SENTENCES[0], "attention": True})["translations"][0]
+        got_info = c.get("/info").json()
+    hyp = result["attention"]["hypotheses"][0]
+    shape = torch.tensor(hyp["weights"]).shape
+    assert shape == (2, 4, len(hyp["tgt_pieces"]), len(result["attention"]["src_pieces"]))
+    assert got_info["family"] == "transformer"
+    assert got_info["attention_maps"] == {"layers": 2, "heads": 4}
+    assert got_info["step"] == 7 and got_info["validation"]["bleu"] is None
+
+
+def test_health_and_info(client, ckpt):
+    assert client.get("/health").json() == {"status": "ok"}
+    info = client.get("/info").json()
+    assert info["family"] == "rnn" and info["cell"] == "gru"
+    assert info["scorer"] == "additive" and info["decoder"] == "bahdanau"
+    assert info["encoder_layers"] == info["decoder_layers"] == 1
+    assert info["attention_maps"] == {"layers": 1, "heads": 1}
+    assert info["languages"] == {"source": "de", "target": "en"}
+    assert info["vocabulary"] == {"source": 400, "target": 400, "joint": True}
+    assert info["decode"]["strategy"] == "beam" and info["decode"]["beam_size"] == 4
+    assert info["step"] == 150
+    metrics = [json.loads(line) for line in (ckpt.parents[1] / "metrics.jsonl").open()]
+    valid = [m for m in metrics if m["split"] == "valid"][-1]
+    assert info["validation"]["bleu"] == pytest.approx(valid["bleu"])
+    assert info["validation"]["decode"] == "greedy"
+    assert info["limits"]["max_beam"] == 8
+    assert set(info["batching"]) == {"decodes", "requests", "items"}
+
+
+def test_the_page_and_its_files_are_served(client):
+    page = client.get("/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "default-src 'self'" in page.headers["content-security-policy"]
+    for name, kind in [("app.js", "javascript"), ("style.css", "text/css")]:
+        assert page.text.count(f"/static/{name}") == 1
+        answer = client.get(f"/static/{name}")
+        assert answer.status_code == 200 and kind in answer.headers["content-type"]
+
+
+# --- bad input: a 4xx JSON error, and the server goes on ----------------------------------------
+
+LONG = "Ich sehe einundzwanzig rote Äpfel. " * 9  # 315 characters, over max_chars=300
+BAD = [
+    # (id, body as bytes or a JSON-able value, status, words the message must contain)
+    ("invalid-json", b'{"text": "Hallo"', 400, "invalid JSON"),
+    ("invalid-utf8", b'{"text": "\xff\xfe"}', 400, "invalid JSON"),
+    ("nan", b'{"text": "a", "decode": {"alpha": NaN}}', 400, "NaN"),
+    ("deep-nesting", b"[" * 20_000 + b"]" * 20_000, 400, "invalid JSON"),
+    ("not-an-object", ["Hallo"], 422, "JSON object"),
+    ("text-not-a-string", {"text": 3}, 422, '"text" must be a string'),
+    ("texts-not-a-list", {"texts": "Hallo"}, 422, '"texts" must be a list of strings'),
+    ("texts-with-a-number", {"texts": ["Hallo", 2]}, 422, "list of strings"),
+    ("no-text", {"decode": {}}, 422, '"text"'),
+    ("text-and-texts", {"text": "a", "texts": ["b"]}, 422, "not both"),
+    ("empty-text", {"text": ""}, 422, "nothing to translate"),
+    ("blank-text", {"text": " \t\n "}, 422, "nothing to translate"),
+    ("no-texts", {"texts": []}, 422, "nothing to translate"),
+    ("only-blank-texts", {"texts": ["", "  "]}, 422, "nothing to translate"),
+    ("unknown-key", {"text": "a", "beam": 5}, 422, "unknown key(s) beam; valid: attention,"),
+    ("unknown-decode-key", {"text": "a", "decode": {"beams": 5}}, 422, "decode.beams; valid"),
+    ("decode-not-an-object", {"text": "a", "decode": "beam"}, 422, '"decode" must be an object'),
+    ("attention-not-a-bool", {"text": "a", "attention": "yes"}, 422, '"attention" must be true'),
+    ("bad-strategy", {"text": "a", "decode": {"strategy": "best"}}, 422, "expected one of"),
+    ("bad-penalty", {"text": "a", "decode": {"length_penalty": 1}}, 422, "expected one of"),
+    ("beam-size-0", {"text": "a", "decode": {"beam_size": 0}}, 422, "beam_size=0"),
+    ("beam-size-string", {"text": "a", "decode": {"beam_size": "5"}}, 422, "must be a number"),
+    ("beam-size-float", {"text": "a", "decode": {"beam_size": 2.5}}, 422, "must be an integer"),
+    ("beam-size-bool", {"text": "a", "decode": {"beam_size": True}}, 422, "must be a number"),
+    ("beam-over-limit", {"text": "a", "decode": {"beam_size": 9}}, 422, "range: 1 to 8"),
+    ("n-best-over-beam", {"text": "a", "decode": {"beam_size": 2, "n_best": 3}}, 422, "exceeds"),
+    ("n-best-greedy", {"text": "a", "decode": {"strategy": "greedy", "n_best": 2}}, 422, "n_best"),
+    ("alpha-overflows", b'{"text": "a", "decode": {"alpha": 1e999}}', 422, "out of range"),
+    ("alpha-huge", {"text": "a", "decode": {"alpha": 11}}, 422, "out of range: 0 to 10"),
+    ("top-p-0", {"text": "a", "decode": {"top_p": 0}}, 422, "out of range"),
+    ("temperature-0", {"text": "a", "decode": {"temperature": 0}}, 422, "out of range"),
+    ("seed-huge", {"text": "a", "decode": {"seed": 2**70}}, 422, "out of range"),
+    ("too-long", {"text": LONG}, 413, "at most 300"),
+    ("too-long-together", {"texts": [LONG[:200], LONG[:200]]}, 413, "at most 300"),
+    ("too-many-texts", {"texts": ["a"] * 5}, 413, "at most 4"),
+    ("huge-body", b'{"text": "' + b"a" * 70_000 + b'"}', 413, "over the limit"),
+]
+
+
+@pytest.mark.parametrize(("body", "status", "words"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+def test_bad_input_gets_a_clear_4xx_and_the_server_goes_on(client, body, status, words):
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    answer = client.post("/translate", content=content)
+    assert answer.status_code == status, answer.text
+    assert answer.headers["content-type"] == "application/json"
+    assert words in answer.json()["error"]
+    assert post(client, {"text": SENTENCES[0]})["translations"][0]["text"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "words"),
+    [
+        ("GET", "/translate", 405, "GET is not allowed on /translate; allowed: POST"),
+        ("PUT", "/translate", 405, "allowed: POST"),
+        ("POST", "/health", 405, "POST is not allowed on /health; allowed: GET, HEAD"),
+        ("DELETE", "/info", 405, "DELETE is not allowed on /info"),
+        ("GET", "/nowhere", 404, "no such path: /nowhere"),
+        ("GET", "/static/missing.js", 404, "no such path"),
+    ],
+)
+def test_wrong_method_or_path_is_json(client, method, path, status, words):
+    answer = client.request(method, path)
+    assert answer.status_code == status
+    assert words in answer.json()["error"]
+    assert client.get("/health").status_code == 200
+
+
+def test_an_unexpected_failure_is_a_json_500_and_the_server_goes_on(ckpt, monkeypatch):
+    app = load_app(serve_config(ckpt))
+    calls = []
+
+    def broken(self, sentences, attention=True, first_line=1):
+        calls.append(sentences)
+        raise RuntimeError("the decoder fell over")
+
+    with TestClient(app, raise_server_exceptions=False) as c:
+        with monkeypatch.context() as patch:
+            patch.setattr(Translator, "translate_full", broken)
+            answer = c.post("/translate", json={"text": SENTENCES[0]})
+        assert answer.status_code == 500 and calls
+        assert answer.json() == {"error": "internal error: RuntimeError"}
+        assert c.get("/health").json() == {"status": "ok"}
+        assert c.post("/translate", json={"text": SENTENCES[0]}).status_code == 200
+
+
+def test_request_decode_defaults_follow_the_strategy():
+    defaults = DecodeConfig(strategy=Strategy.beam, beam_size=5, n_best=3)
+    assert request_decode(defaults, {"strategy": "greedy"}, 16).n_best == 1
+    assert request_decode(defaults, {"beam_size": 2}, 16).n_best == 2
+    assert request_decode(defaults, {}, 16) == defaults
+    assert request_decode(defaults, {"alpha": 1}, 16).alpha == 1.0
+
+
+# --- batching ---------------------------------------------------------------------------------
+
+
+def assert_same(got, want, where="") -> None:
+    """Equal JSON, numbers within 2e-4: a batch pads its sentences, which moves the last digits
+    of a float (the texts, pieces and shapes must be identical)."""
+    if isinstance(want, float):
+        assert got == pytest.approx(want, abs=2e-4), where
+    elif isinstance(want, (list, dict)):
+        assert type(got) is type(want) and len(got) == len(want), where
+        keys = want.keys() if isinstance(want, dict) else range(len(want))
+        assert not isinstance(want, dict) or got.keys() == want.keys(), where
+        for k in keys:
+            assert_same(got[k], want[k], f"{where}/{k}")
+    else:
+        assert got == want, where
+
+
+def count_decodes(monkeypatch) -> list[int]:
+    """Record the number of sentences of every Translator.translate_full call."""
+    sizes: list[int] = []
+    real = Translator.translate_full
+
+    def counted(self, sentences, attention=True, first_line=1):
+        sizes.append(len(sentences))
+        return real(self, sentences, attention, first_line)
+
+    monkeypatch.setattr(Translator, "translate_full", counted)
+    return sizes
+
+
+async def send_all(app, bodies: list[dict]) -> list[dict]:
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://serve") as c:
+        answers = await asyncio.gather(*(c.post("/translate", json=b) for b in bodies))
+    assert all(a.status_code == 200 for a in answers), [a.text for a in answers]
+    return [a.json()["translations"] for a in answers]
+
+
+def test_concurrent_requests_are_decoded_together_and_each_gets_its_own(ckpt, client, monkeypatch):
+    bodies = [{"text": s, "attention": i % 2 == 0} for i, s in enumerate(SENTENCES)]
+    bodies[3] = {"texts": SENTENCES[3:6]}  # one request with three texts among them
+    alone = [post(client, b)["translations"] for b in bodies]  # one request at a time
+    sizes = count_decodes(monkeypatch)
+    app = load_app(serve_config(ckpt, batch_wait_ms=200, max_batch=64))
+    together = asyncio.run(send_all(app, bodies))
+    assert_same(together, alone)
+    assert [[t["source"] for t in r] for r in together] == [
+        b.get("texts", [b.get("text")]) for b in bodies
+    ]
+    assert len(sizes) < len(bodies) and sum(sizes) == 12
+    assert app.state.batcher.decodes == len(sizes)
+
+
+def test_batches_hold_one_decode_setting_and_at_most_max_batch_sentences(ckpt, monkeypatch):
+    greedy, beam = {"strategy": "greedy"}, {"strategy": "beam", "beam_size": 3}
+    bodies = [{"text": s, "decode": greedy if i % 2 else beam} for i, s in enumerate(SENTENCES)]
+    sizes = count_decodes(monkeypatch)
+    app = load_app(serve_config(ckpt, batch_wait_ms=200, max_batch=3))
+    results = asyncio.run(send_all(app, bodies))
+    assert [r[0]["source"] for r in results] == SENTENCES
+    assert max(sizes) <= 3 and sum(sizes) == 10 and len(sizes) >= 4  # 5 of each setting
+
+
+def test_batch_wait_0_decodes_every_request_alone(ckpt, monkeypatch):
+    sizes = count_decodes(monkeypatch)
+    app = load_app(serve_config(ckpt, batch_wait_ms=0))
+    asyncio.run(send_all(app, [{"text": s} for s in SENTENCES[:6]]))
+    assert sizes == [1] * 6
+
+
+def test_the_event_loop_answers_while_a_decode_runs(ckpt, monkeypatch):
+    """Decoding runs in the worker thread: /health is answered in the middle of a slow decode."""
+    real = Translator.translate_full
+
+    def slow(self, sentences, attention=True, first_line=1):
+        time.sleep(1.0)
+        return real(self, sentences, attention, first_line)
+
+    monkeypatch.setattr(Translator, "translate_full", slow)
+    app = load_app(serve_config(ckpt))
+
+    async def main():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://serve") as c:
+            began = time.monotonic()
+            decoding = asyncio.create_task(c.post("/translate", json={"text": SENTENCES[0]}))
+            await asyncio.sleep(0.2)
+            health = await c.get("/health")
+            answered = time.monotonic() - began
+            return health, answered, await decoding, time.monotonic() - began
+
+    health, answered, translated, finished = asyncio.run(main())
+    assert health.json() == {"status": "ok"} and translated.status_code == 200
+    assert answered < 0.8 < 1.0 <= finished
+
+
+def test_batcher_groups_by_key_keeps_order_and_survives_a_failure():
+    batches = []
+
+    def run(key, items):
+        batches.append((key, list(items)))
+        if "boom" in items:
+            raise ValueError("boom")
+        return [f"{key}:{item}" for item in items]
+
+    async def main():
+        batcher = Batcher(run, wait_ms=50, max_batch=4)
+        jobs = [("a", [1, 2]), ("b", [3]), ("a", [4]), ("a", [5, 6]), ("x", ["boom"])]
+        results = await asyncio.gather(
+            *(batcher.submit(k, items) for k, items in jobs), return_exceptions=True
+        )
+        after = await batcher.submit("c", [7])
+        batcher.close()
+        return results, after
+
+    results, after = asyncio.run(main())
+    assert results[:4] == [["a:1", "a:2"], ["b:3"], ["a:4"], ["a:5", "a:6"]]
+    assert isinstance(results[4], ValueError) and after == ["c:7"]
+    # a's first batch holds 3 items; with [5, 6] it would hold 5: they wait for the next one
+    assert batches == [("a", [1, 2, 4]), ("b", [3]), ("a", [5, 6]), ("x", ["boom"]), ("c", [7])]
+
+
+def test_batcher_skips_a_request_whose_client_left():
+    seen = []
+
+    async def main():
+        batcher = Batcher(lambda key, items: seen.extend(items) or list(items), 50, 8)
+        gone = asyncio.ensure_future(batcher.submit("k", ["gone"]))
+        await asyncio.sleep(0)
+        gone.cancel()
+        kept = await batcher.submit("k", ["kept"])
+        batcher.close()
+        return kept
+
+    assert asyncio.run(main()) == ["kept"] and seen == ["kept"]
+
+
+# --- the command ------------------------------------------------------------------------------
+
+
+def test_bad_settings_fail_before_loading_anything(capsys, tmp_path):
+    assert cli.serve([f"ckpt={tmp_path}", "port=70000"]) == 2
+    assert "port=70000" in capsys.readouterr().err
+    assert cli.serve([f"ckpt={tmp_path}/none"]) == 2
+    assert "checkpoint not found" in capsys.readouterr().err
+    with pytest.raises(NMTError):
+        ServeRunConfig(ckpt="x", max_beam=0)
+
+
+def test_nmt_serve_prints_its_real_port_and_stops_on_ctrl_c(ckpt):
+    command = [sys.executable, "-c", "from nmt.cli import main_serve; main_serve()"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    server = subprocess.Popen(
+        [*command, f"ckpt={ckpt}", "port=0", "device=cpu"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        line = server.stdout.readline()
+        url = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
+        assert url and int(url.group(1)) > 0, line + server.stderr.read()
+        with urllib.request.urlopen(url.group(0) + "health", timeout=30) as answer:
+            assert json.load(answer) == {"status": "ok"}
+        request = urllib.request.Request(
+            url.group(0) + "translate", data=json.dumps({"text": SENTENCES[0]}).encode()
+        )
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            assert json.load(answer)["translations"][0]["text"]
+        server.send_signal(signal.SIGINT)  # Ctrl-C: uvicorn shuts down, then it is an interrupt
+        began = time.monotonic()
+        assert server.wait(timeout=30) == 130
+        assert time.monotonic() - began < 10
+        assert "nmt-serve: interrupted" in server.stderr.read()
+    finally:
+        server.kill()
+        server.wait()
+        server.stdout.close()
+        server.stderr.close()
