@@ -55,6 +55,8 @@ REQUIRED = {
     "translate": ["ckpt=x"],
     "average": ["run_dir=x"],
     "plot": ["run_dir=x"],
+    "serve": ["ckpt=x"],
+    "export": ["ckpt=x", "out=y"],
 }
 
 
