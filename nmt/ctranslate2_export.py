@@ -66,7 +66,7 @@ def check_convertible(cfg: ModelConfig) -> None:
         )
     if not isinstance(cfg, TransformerConfig):
         raise NMTError(f"format=ctranslate2: unknown model.arch {cfg.arch!r}")
-    if cfg.activation not in (Activation.relu, Activation.gelu):  # pragma: no cover - future enums
+    if cfg.activation not in (Activation.relu, Activation.gelu):  # a value added later
         raise NMTError(f"format=ctranslate2: model.activation={cfg.activation.value} unsupported")
 
 
@@ -208,26 +208,32 @@ def decode_options(
     cfg: DecodeConfig, src_lens: list[int], model: ModelConfig | None = None
 ) -> dict:
     """`Translator.translate_batch` keyword arguments that search as `cfg` does, for a batch of
-    sources of these lengths (pieces + EOS, as our limits count them).
+    sources of these lengths (pieces + EOS, as our limits count them). docs/export.md has the
+    table; in short:
 
-    Exact: beam size, greedy, length_penalty none (-> 0) and average (-> 1, with the EOS counted
-    in the length as ours counts it: `return_end_token=True`, strip it from the output), min/max
-    length when they do not depend on the source length (min_len_a = max_len_a = 0), and
-    no_repeat_ngram. CTranslate2 has one length limit per call: max_decoding_length is the largest
-    of the batch, so a sentence that would stop at our (shorter) limit may go on. Refused: gnmt
-    length penalty and sampling (CTranslate2 has neither our formula nor our random stream)."""
+    Exact: greedy, beam size, n-best, length_penalty none (-> 0) and average (-> 1, with the EOS
+    counted in the length as ours counts it: `return_end_token=True`; strip it from the output),
+    the length limits when they do not depend on the source length (max_len_a = min_len_a = 0).
+    CTranslate2 has one limit per call: max_decoding_length is the largest of the batch, so a
+    sentence that would stop at our (shorter) limit may go on. min_len and no_repeat_ngram block
+    the same tokens, but CTranslate2 renormalises the log-probabilities after blocking (we do
+    not), so scores and beam rankings may differ. Refused: the gnmt length penalty in beam search
+    and sampling (CTranslate2 has neither our formula nor our random stream)."""
     if cfg.strategy == Strategy.sample:
         raise NMTError("decode=sample has no exact CTranslate2 equivalent (a different RNG)")
-    if cfg.length_penalty == LengthPenalty.gnmt and cfg.strategy == Strategy.beam:
+    beam = cfg.strategy == Strategy.beam
+    if cfg.length_penalty == LengthPenalty.gnmt and beam:
         raise NMTError(
             "decode.length_penalty=gnmt has no CTranslate2 equivalent (CTranslate2 divides the "
             "score by length ** length_penalty): use decode.length_penalty=none or average"
         )
-    beam = cfg.strategy == Strategy.beam
-    average = beam and cfg.length_penalty == LengthPenalty.average
+    average = cfg.length_penalty == LengthPenalty.average
     max_len = max(cfg.max_len(n) for n in src_lens)
+    max_input = 0  # sources are capped (decode.max_src_pieces) before
     if isinstance(model, TransformerConfig) and model.positions == Positions.learned:
-        max_len = min(max_len, model.max_positions)  # no position rows beyond
+        # no position rows past the table: CTranslate2 would fail where we reuse the last row
+        max_len = min(max_len, model.max_positions)
+        max_input = model.max_positions - 1  # + the EOS it appends
     return {
         "beam_size": cfg.beam_size if beam else 1,
         "num_hypotheses": cfg.n_best if beam else 1,
@@ -237,7 +243,7 @@ def decode_options(
         "max_decoding_length": max_len,
         "min_decoding_length": min(max(cfg.min_len(n) for n in src_lens), max_len),
         "no_repeat_ngram_size": cfg.no_repeat_ngram,
-        "max_input_length": 0,  # sources are capped (decode.max_src_pieces) before
+        "max_input_length": max_input,
         "return_scores": True,
     }
 
