@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 import os
 import shutil
 import sys
@@ -200,15 +201,22 @@ def _export_torchscript(module: torch.nn.Module, args: tuple, path: Path) -> Non
 
 
 class _quiet:
-    """Silence the exporter's progress lines on stdout (a pipeline's output stays clean)."""
+    """Silence the exporter's progress lines on stdout and its warnings about optional packages
+    it does not need here (torchvision) on stderr."""
+
+    LOGGER = "torch.onnx._internal.exporter._registration"
 
     def __enter__(self) -> None:
         self.saved = sys.stdout
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - closed in __exit__
+        self.logger = logging.getLogger(self.LOGGER)
+        self.level = self.logger.level
+        self.logger.setLevel(logging.ERROR)
 
     def __exit__(self, *exc: object) -> None:
         sys.stdout.close()
         sys.stdout = self.saved
+        self.logger.setLevel(self.level)
 
 
 def _verify(graphs: Graphs, out: Path, fmt: ExportFormat, files: tuple[str, str]) -> None:
@@ -271,7 +279,8 @@ def readme(fmt: ExportFormat, manifest: dict) -> str:
     tok = manifest["tokenizer"]
     head = (
         f"# nmt export ({fmt.value}, {manifest['family']})\n\n"
-        f"Exported from `{manifest['checkpoint']['path']}` by `nmt-export`. Source tokenizer "
+        f"Exported from `{manifest['checkpoint']['path']}` by `nmt-export`; DIR below is this "
+        "directory. Source tokenizer "
         f"`{tok['src']}`, target tokenizer `{tok['tgt']}` (sentencepiece). `{MANIFEST}` lists "
         "the model settings, special ids and every graph input and output. See docs/export.md "
         "in the nmt repository.\n\n"
