@@ -83,14 +83,16 @@ class GraphSpec:
 
 
 class Positional(nn.Module):
-    """The positions `nmt.models.transformer.Embedding` adds, computed from a tensor offset:
-    sinusoids for any position (same formula as `sinusoids`), or the learned table with positions
-    past its end clamped to the last row, as the model does."""
+    """The positions `nmt.models.transformer.Embedding` adds, for an offset a trace keeps
+    variable (a size read from a tensor): sinusoids of any position (the formula of `sinusoids`),
+    or the learned table, positions past its end clamped to the last row as the model does."""
 
     def __init__(self, d: int, learned: nn.Embedding | None) -> None:
         super().__init__()
         self.d, self.learned = d, learned
-        rate = torch.exp(torch.arange(0, self.d, 2, dtype=torch.float) * (-math.log(1e4) / self.d))
+        rate = torch.exp(
+            torch.arange(0, self.d, 2, dtype=torch.float) * (-math.log(10000.0) / self.d)
+        )
         self.register_buffer("rate", rate, persistent=False)
 
     def forward(self, offset: int, length: int) -> Tensor:
