@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -388,28 +389,42 @@ class Graphs:
     step: nn.Module
     spec: GraphSpec
 
+    def run(self, graph: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The session interface of `nmt.runtime` over the PyTorch graphs themselves: graph is
+        "encoder" or "decoder_step"; inputs and outputs by name, as numpy arrays."""
+        module, names, outputs = self._graph(graph)
+        with torch.no_grad():
+            out = module(*[torch.from_numpy(np.asarray(inputs[name])) for name in names])
+        return {name: o.numpy() for name, o in zip(outputs, out)}
+
+    def _graph(self, graph: str) -> tuple[nn.Module, list[str], list[str]]:
+        spec = self.spec
+        if graph == "encoder":
+            return self.encoder, _names(spec.encoder_inputs), _names(spec.encoder_outputs)
+        return self.step, _names(spec.step_inputs), _names(spec.step_outputs)
+
     def example_inputs(self, batch: int = 2, src_len: int = 3) -> tuple[tuple, tuple]:
         """Inputs to trace with: sizes >= 2 on every variable axis (an exporter specialises 0
-        and 1), a padded batch with lengths `src_len` and `src_len - 1`."""
-        src = torch.tensor([[5 + i for i in range(src_len - 1)] + [EOS]] * batch)
-        src[1:, -1] = PAD
-        src[1:, -2] = EOS
-        lens = torch.tensor([src_len] + [src_len - 1] * (batch - 1))
-        enc_in = (src,) if self.spec.family == "transformer" else (src, lens)
-        with torch.no_grad():
-            enc_out = dict(zip([t.name for t in self.spec.encoder_outputs], self.encoder(*enc_in)))
-            prev = torch.full((batch,), BOS, dtype=torch.long)
-            if self.spec.family == "transformer":  # two positions already in the caches
-                for _ in range(2):
-                    out = self.step(*_step_args(self.spec, prev, enc_out))
-                    outs = dict(zip([t.name for t in self.spec.step_outputs], out))
-                    for new, old in self.spec.state.items():
-                        enc_out[old] = outs[new]
-        return enc_in, _step_args(self.spec, prev, enc_out)
+        and 1), a padded batch with lengths `src_len` and `src_len - 1` and, for the
+        Transformer, two positions in the caches."""
+        src = np.array([[5 + i for i in range(src_len - 1)] + [EOS]] * batch, dtype=np.int64)
+        src[1:, -1], src[1:, -2] = PAD, EOS
+        lens = np.array([src_len] + [src_len - 1] * (batch - 1), dtype=np.int64)
+        values = self.run("encoder", {"src": src, "src_lens": lens})
+        prev = np.full(batch, BOS, dtype=np.int64)
+        for _ in range(2 if self.spec.family == "transformer" else 0):
+            out = self.run("decoder_step", {"prev": prev, **values})
+            values.update({old: out[new] for new, old in self.spec.state.items()})
+        _, enc_names, _ = self._graph("encoder")
+        _, step_names, _ = self._graph("decoder_step")
+        values |= {"src": src, "src_lens": lens, "prev": prev}
+        return tuple(torch.from_numpy(values[n]) for n in enc_names), tuple(
+            torch.from_numpy(values[n]) for n in step_names
+        )
 
 
-def _step_args(spec: GraphSpec, prev: Tensor, values: dict[str, Tensor]) -> tuple:
-    return (prev, *[values[t.name] for t in spec.step_inputs[1:]])
+def _names(tensors: list[TensorSpec]) -> list[str]:
+    return [t.name for t in tensors]
 
 
 def export_graphs(model: Seq2Seq) -> Graphs:

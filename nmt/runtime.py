@@ -118,8 +118,6 @@ class ExportedTranslator:
         tokenizer = self.manifest["tokenizer"]
         self.src_vocab = Vocab(self.directory / tokenizer["src"])
         self.tgt_vocab = Vocab(self.directory / tokenizer["tgt"])
-        graph = self.manifest["decoder_step"]
-        self.batch_axis = {t["name"]: t.get("batch_axis") for t in graph["inputs"]}
 
     def translate(self, sentences: list[str]) -> list[str]:
         """Blank sentences give blank translations; a source longer than
@@ -138,55 +136,71 @@ class ExportedTranslator:
 
     def greedy(self, src_ids: list[list[int]]) -> list[Decoded]:
         """Decode sources (ids ending in EOS) in length-sorted batches; results in input order."""
-        order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]))
-        results: list[Decoded] = [Decoded([], 0.0, False)] * len(src_ids)
-        size = self.decode.batch_size
-        for start in range(0, len(order), size):
-            index = order[start : start + size]
-            for i, result in zip(index, self.greedy_batch([src_ids[i] for i in index])):
-                results[i] = result
-        return results
+        return greedy(self.session, self.manifest, src_ids, self.decode)
 
-    def greedy_batch(self, src_ids: list[list[int]]) -> list[Decoded]:
-        batch = len(src_ids)
-        lens = np.array([len(s) for s in src_ids], dtype=np.int64)
-        src = np.full((batch, int(lens.max())), PAD, dtype=np.int64)
-        for row, ids in enumerate(src_ids):
-            src[row, : len(ids)] = ids
-        encoded = self.session.run("encoder", {"src": src, "src_lens": lens})
-        memory = {name: encoded[name] for name in self.manifest["memory"]}
-        state = {name: encoded[name] for name in self.manifest["state"].values()}
-        max_len = np.array([self.decode.max_len(int(n)) for n in lens])
-        min_len = np.array([self.decode.min_len(int(n)) for n in lens])
 
-        tokens: list[list[int]] = [[] for _ in range(batch)]
-        scores = np.zeros(batch, dtype=np.float32)
-        alive = np.arange(batch)  # original rows still decoding
-        prev = np.full(batch, BOS, dtype=np.int64)
-        for t in range(int(max_len.max())):
-            out = self.session.run("decoder_step", {"prev": prev, **state, **memory})
-            log_probs = out["log_probs"]
-            blocked = t < min_len[alive]
-            if blocked.any():
-                log_probs = log_probs.copy()
-                log_probs[blocked, EOS] = -np.inf
-            choice = log_probs.argmax(axis=1)
-            scores[alive] += log_probs[np.arange(len(alive)), choice]
-            for row, token in zip(alive.tolist(), choice.tolist()):
-                tokens[row].append(token)
-            done = (choice == EOS) | (t + 1 >= max_len[alive])
-            if done.all():
-                break
-            state = {old: out[new] for new, old in self.manifest["state"].items()}
-            if done.any():
-                keep = np.flatnonzero(~done)
-                state = {k: v.take(keep, axis=self.batch_axis[k]) for k, v in state.items()}
-                memory = {k: v.take(keep, axis=self.batch_axis[k]) for k, v in memory.items()}
-                alive, choice = alive[keep], choice[keep]
-            prev = choice.astype(np.int64)
+def greedy(
+    session, manifest: dict, src_ids: list[list[int]], decode: DecodeConfig
+) -> list[Decoded]:
+    """Greedy decoding of sources (ids ending in EOS) in length-sorted batches of
+    `decode.batch_size`, results in input order. `session.run(graph, inputs) -> outputs` runs
+    "encoder" or "decoder_step" on numpy arrays by name (`OnnxSession`, `TorchScriptSession`, or
+    `nmt.graphs.Graphs` itself); `manifest` connects them."""
+    order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]))
+    results: list[Decoded] = [Decoded([], 0.0, False)] * len(src_ids)
+    for start in range(0, len(order), decode.batch_size):
+        index = order[start : start + decode.batch_size]
+        for i, result in zip(
+            index, greedy_batch(session, manifest, [src_ids[i] for i in index], decode)
+        ):
+            results[i] = result
+    return results
 
-        results = []
-        for seq, score in zip(tokens, scores.tolist()):
-            ended = bool(seq) and seq[-1] == EOS
-            results.append(Decoded(seq[:-1] if ended else seq, score, ended))
-        return results
+
+def greedy_batch(
+    session, manifest: dict, src_ids: list[list[int]], decode: DecodeConfig
+) -> list[Decoded]:
+    """One padded batch, as `nmt.search.greedy`."""
+    batch = len(src_ids)
+    lens = np.array([len(s) for s in src_ids], dtype=np.int64)
+    src = np.full((batch, int(lens.max())), PAD, dtype=np.int64)
+    for row, ids in enumerate(src_ids):
+        src[row, : len(ids)] = ids
+    encoded = session.run("encoder", {"src": src, "src_lens": lens})
+    memory = {name: encoded[name] for name in manifest["memory"]}
+    state = {name: encoded[name] for name in manifest["state"].values()}
+    batch_axis = {t["name"]: t.get("batch_axis") for t in manifest["decoder_step"]["inputs"]}
+    max_len = np.array([decode.max_len(int(n)) for n in lens])
+    min_len = np.array([decode.min_len(int(n)) for n in lens])
+
+    tokens: list[list[int]] = [[] for _ in range(batch)]
+    scores = np.zeros(batch, dtype=np.float32)
+    alive = np.arange(batch)  # original rows still decoding
+    prev = np.full(batch, BOS, dtype=np.int64)
+    for t in range(int(max_len.max())):
+        out = session.run("decoder_step", {"prev": prev, **state, **memory})
+        log_probs = out["log_probs"]
+        blocked = t < min_len[alive]
+        if blocked.any():
+            log_probs = log_probs.copy()
+            log_probs[blocked, EOS] = -np.inf
+        choice = log_probs.argmax(axis=1)
+        scores[alive] += log_probs[np.arange(len(alive)), choice]
+        for row, token in zip(alive.tolist(), choice.tolist()):
+            tokens[row].append(token)
+        done = (choice == EOS) | (t + 1 >= max_len[alive])
+        if done.all():
+            break
+        state = {old: out[new] for new, old in manifest["state"].items()}
+        if done.any():
+            keep = np.flatnonzero(~done)
+            state = {k: v.take(keep, axis=batch_axis[k]) for k, v in state.items()}
+            memory = {k: v.take(keep, axis=batch_axis[k]) for k, v in memory.items()}
+            alive, choice = alive[keep], choice[keep]
+        prev = choice.astype(np.int64)
+
+    results = []
+    for seq, score in zip(tokens, scores.tolist()):
+        ended = bool(seq) and seq[-1] == EOS
+        results.append(Decoded(seq[:-1] if ended else seq, score, ended))
+    return results

@@ -16,12 +16,20 @@ import torch
 
 from nmt import cli
 from nmt.checkpoint import load_checkpoint, restore_model, save_checkpoint
-from nmt.config import DecodeConfig, ExportFormat, LengthPenalty, RNNConfig, Strategy
+from nmt.config import (
+    DecodeConfig,
+    ExportFormat,
+    LengthPenalty,
+    RNNConfig,
+    Strategy,
+    TransformerConfig,
+)
 from nmt.data import collate, read_lines
 from nmt.errors import NMTError
 from nmt.export import export_checkpoint
+from nmt.graphs import export_graphs
 from nmt.models import build_model
-from nmt.runtime import ExportedTranslator, read_manifest
+from nmt.runtime import ExportedTranslator, greedy, read_manifest
 from nmt.search import decode_all
 from nmt.tokenizer import BOS, EOS
 from nmt.translate import source_ids
@@ -32,6 +40,60 @@ LSTM_LUONG = RNNConfig(
     cell="lstm", decoder="luong", attention="general", input_feeding=True, emb_size=32,
     hidden_size=32, encoder_layers=2, decoder_layers=2, dropout=0.0,
 )  # fmt: skip
+
+
+# ---- the graphs themselves, every decoder variant (no export: milliseconds) ---------------------
+
+V = 23
+RNN = dict(emb_size=12, hidden_size=12, heads=3)
+TRANSFORMER = dict(d_model=16, heads=4, ff_size=32, encoder_layers=2, decoder_layers=2)
+VARIANTS = {
+    "gru-bahdanau-additive": RNNConfig(**RNN),
+    "gru-bahdanau-concat-unidirectional-2-layers": RNNConfig(
+        **RNN, attention="concat", bidirectional=False, encoder_layers=2
+    ),
+    "gru-luong-dot-no-feeding-zero-bridge": RNNConfig(
+        **RNN, decoder="luong", attention="dot", input_feeding=False, bridge="zero"
+    ),
+    "lstm-luong-multihead-2-layers": RNNConfig(
+        **RNN, cell="lstm", decoder="luong", attention="multihead", encoder_layers=2,
+        decoder_layers=2,
+    ),
+    "lstm-bahdanau-scaled-dot-tied": RNNConfig(
+        **RNN, cell="lstm", attention="scaled_dot", tie_embeddings=True
+    ),
+    "lstm-no-attention": RNNConfig(**RNN, cell="lstm", attention="none"),
+    "transformer-pre-sinusoidal": TransformerConfig(**TRANSFORMER),
+    "transformer-post-learned-past-the-table-gelu": TransformerConfig(
+        **TRANSFORMER, norm="post", positions="learned", max_positions=6, activation="gelu"
+    ),
+    "transformer-unscaled-untied": TransformerConfig(
+        **TRANSFORMER, scale_embeddings=False, share_embeddings=False, tie_output=False
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_the_graphs_decode_as_the_model(name):
+    """Greedy decoding through the two graphs (`nmt.runtime.greedy` over `Graphs.run`) gives
+    the tokens and scores of `nmt.search.greedy`, for a padded batch of 9 random sources."""
+    torch.manual_seed(0)
+    model = build_model(VARIANTS[name], V, V, shared_vocab=True).eval()
+    g = torch.Generator().manual_seed(1)
+    lengths = torch.randint(1, 12, (9,), generator=g).tolist()
+    src_ids = [torch.randint(4, V, (n,), generator=g).tolist() + [EOS] for n in lengths]
+    decode = DecodeConfig(max_len_b=12, min_len_b=2)
+    expected = decode_all(model, src_ids, decode, CPU)
+    graphs = export_graphs(model)
+    got = greedy(graphs, graphs.spec.to_json(), src_ids, replace(decode, batch_size=4))
+    assert [g.tokens for g in got] == [h[0].tokens for h in expected]
+    assert [g.ended for g in got] == [h[0].ended for h in expected]
+    torch.testing.assert_close(
+        torch.tensor([g.score for g in got]), torch.tensor([h[0].score for h in expected])
+    )
+
+
+# ---- exported files -----------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
