@@ -213,9 +213,9 @@ def decode_options(
 
     Exact: greedy, beam size, n-best, length_penalty none (-> 0) and average (-> 1, with the EOS
     counted in the length as ours counts it: `return_end_token=True`; strip it from the output),
-    the length limits when they do not depend on the source length (max_len_a = min_len_a = 0).
-    CTranslate2 has one limit per call: max_decoding_length is the largest of the batch, so a
-    sentence that would stop at our (shorter) limit may go on. min_len and no_repeat_ngram block
+    the length limits. CTranslate2 has one limit per call: max_decoding_length is the largest of
+    `src_lens` (`translate_pieces` groups sources with equal limits, so that it is each one's).
+    min_len and no_repeat_ngram block
     the same tokens, but CTranslate2 renormalises the log-probabilities after blocking (we do
     not), so scores and beam rankings may differ. Refused: the gnmt length penalty in beam search
     and sampling (CTranslate2 has neither our formula nor our random stream)."""
@@ -254,22 +254,35 @@ def translate_pieces(
     cfg: DecodeConfig,
     eos: str = "</s>",
     model: ModelConfig | None = None,
+    exact_limits: bool = True,
 ) -> list[list[tuple[list[str], float]]]:
     """Translate source pieces (without EOS: the model adds it) with a `ctranslate2.Translator`
     in length-sorted batches of `cfg.batch_size`, as `nmt.search.decode_all` batches; n-best
     lists of (target pieces without the `eos` piece, score) in input order. The score is our
-    `Hypothesis.normalized`."""
+    `Hypothesis.normalized`.
+
+    CTranslate2 takes one length limit per call; ours depends on the source length. With
+    `exact_limits` a batch goes in one call per run of sources with the same limits (sorted by
+    length, a batch holds a few such runs), so each sentence gets its own limit; without, one
+    call per batch with the batch's largest limit."""
     order = sorted(range(len(pieces)), key=lambda i: len(pieces[i]))
     out: list[list[tuple[list[str], float]]] = [[] for _ in pieces]
     for start in range(0, len(order), cfg.batch_size):
-        index = order[start : start + cfg.batch_size]
-        batch = [pieces[i] for i in index]
-        options = decode_options(cfg, [len(p) + 1 for p in batch], model)
-        for i, result in zip(index, translator.translate_batch(batch, **options)):
-            hyps = []
-            for tokens, score in zip(result.hypotheses, result.scores):
-                if tokens and tokens[-1] == eos:
-                    tokens = tokens[:-1]
-                hyps.append((tokens, score))
-            out[i] = hyps
+        batch = order[start : start + cfg.batch_size]
+        groups = [batch]
+        if exact_limits:
+            limits = {
+                i: (cfg.max_len(len(pieces[i]) + 1), cfg.min_len(len(pieces[i]) + 1)) for i in batch
+            }
+            groups = [
+                [i for i in batch if limits[i] == key] for key in dict.fromkeys(limits.values())
+            ]
+        for index in groups:
+            sources = [pieces[i] for i in index]
+            options = decode_options(cfg, [len(p) + 1 for p in sources], model)
+            for i, result in zip(index, translator.translate_batch(sources, **options)):
+                out[i] = [
+                    (tokens[:-1] if tokens and tokens[-1] == eos else tokens, score)
+                    for tokens, score in zip(result.hypotheses, result.scores)
+                ]
     return out

@@ -9,8 +9,12 @@ data config, with --data-dir as its local_dir), and translates every source sent
 search and beam search (--beam-size 5, --length-penalty none or average: the settings that map
 exactly onto CTranslate2; see docs/export.md), both with batches of --batch-size (64) sentences
 sorted by length, on the CPU, in one process: nmt's `Translator` with torch's thread count, and a
-`ctranslate2.Translator` with intra_threads = that count (--threads sets both). Each timing
-covers tokenization, search and detokenization, after a warm-up; the median of --repeats runs is
+`ctranslate2.Translator` with intra_threads = that count (--threads sets both). CTranslate2 takes
+one length limit per call and ours grows with the source, so each batch goes to it in one call
+per run of sentences with the same limit (`translate_pieces`; --one-call-per-batch: one call with
+the batch's largest limit, where sentences that reach their own limit may go on). Each timing
+covers tokenization, search and detokenization, after a warm-up; the runs of the two alternate
+(so that a change of load on a shared machine hits both), and the median of --repeats runs is
 reported as sentences/s and target pieces/s (EOS not counted), with the sacreBLEU score of each
 output against the references and the fraction of identical output lines, as one JSON object.
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import tempfile
@@ -38,15 +43,19 @@ from nmt.tokenizer import EOS
 from nmt.translate import Translator, source_ids
 
 
-def timed(fn, repeats: int) -> tuple[tuple[list[str], int], list[float]]:
-    """fn() -> (texts, generated pieces); its last result and the time of each run."""
-    fn()  # warm-up: allocator, kernels, caches
-    times, out = [], ([], 0)
+def timed(runners: dict, repeats: int) -> dict:
+    """{name: fn() -> (texts, generated pieces)} -> {name: (last result, time of each run)}.
+    The runs alternate between the runners, so that a machine whose load changes during the
+    benchmark slows them alike."""
+    for fn in runners.values():
+        fn()  # warm-up: allocator, kernels, caches
+    results = {name: [None, []] for name in runners}
     for _ in range(repeats):
-        start = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - start)
-    return out, times
+        for name, fn in runners.items():
+            start = time.perf_counter()
+            results[name][0] = fn()
+            results[name][1].append(time.perf_counter() - start)
+    return {name: tuple(r) for name, r in results.items()}
 
 
 def main() -> None:
@@ -61,6 +70,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=0, help="0 = torch's default")
     parser.add_argument("--ct2-dir", help="an existing ctranslate2 export of the checkpoint")
+    parser.add_argument("--one-call-per-batch", action="store_true")
     args = parser.parse_args()
 
     import ctranslate2
@@ -100,11 +110,14 @@ def main() -> None:
     def ct2_translate(cfg: DecodeConfig) -> tuple[list[str], int]:
         ids, _ = source_ids(src_vocab, [clean(s) for s in sources], cfg.max_src_pieces)
         pieces = [src_vocab.id_to_piece(x[:-1]) for x in ids]  # the model adds EOS
-        nbest = translate_pieces(ct2, pieces, cfg, eos, ckpt.config.model)
+        nbest = translate_pieces(
+            ct2, pieces, cfg, eos, ckpt.config.model, exact_limits=not args.one_call_per_batch
+        )
         out_ids = [[tgt_vocab.sp.PieceToId(p) for p in hyps[0][0]] for hyps in nbest]
         texts = [clean(t) for t in tgt_vocab.decode(out_ids)]
         return texts, sum(len(x) for x in out_ids)
 
+    load_before = os.getloadavg()
     results = []
     for strategy in ("greedy", "beam"):
         cfg = DecodeConfig(
@@ -114,10 +127,13 @@ def main() -> None:
             batch_size=args.batch_size,
         )
         translator = Translator(model, ckpt.vocabs, cfg, device)
-        runs = {
-            "nmt": timed(lambda t=translator: nmt_translate(t), args.repeats),
-            "ctranslate2": timed(lambda c=cfg: ct2_translate(c), args.repeats),
-        }
+        runs = timed(
+            {
+                "nmt": lambda t=translator: nmt_translate(t),
+                "ctranslate2": lambda c=cfg: ct2_translate(c),
+            },
+            args.repeats,
+        )
         outputs = {name: texts for name, ((texts, _), _) in runs.items()}
         same = sum(a == b for a, b in zip(outputs["nmt"], outputs["ctranslate2"]))
         entry = {"strategy": cfg.describe(), "identical_lines": f"{same}/{len(sources)}"}
@@ -144,11 +160,14 @@ def main() -> None:
                 "model": ckpt.config.model.name,
                 "data": f"{data_cfg.name} {args.split} ({len(sources)} sentences)",
                 "batch_size": args.batch_size,
+                "ctranslate2_calls": "one per batch" if args.one_call_per_batch else "per limit",
                 "threads": {"torch": threads, "ctranslate2_intra": threads},
                 "ctranslate2": ctranslate2.__version__,
                 "torch": torch.__version__,
                 "cpu": platform.processor() or platform.machine(),
                 "conversion_s": convert_s,
+                # other processes on the machine: 1-minute load average before and after
+                "load_average": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
                 "results": results,
             },
             indent=2,
