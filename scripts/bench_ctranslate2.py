@@ -9,14 +9,15 @@ data config, with --data-dir as its local_dir), and translates every source sent
 search and beam search (--beam-size 5, --length-penalty none or average: the settings that map
 exactly onto CTranslate2; see docs/export.md), both with batches of --batch-size (64) sentences
 sorted by length, on the CPU, in one process: nmt's `Translator` with torch's thread count, and a
-`ctranslate2.Translator` with intra_threads = that count (--threads sets both). CTranslate2 takes
-one length limit per call and ours grows with the source, so each batch goes to it in one call
-per run of sentences with the same limit (`translate_pieces`; --one-call-per-batch: one call with
-the batch's largest limit, where sentences that reach their own limit may go on). Each timing
-covers tokenization, search and detokenization, after a warm-up; the runs of the two alternate
-(so that a change of load on a shared machine hits both), and the median of --repeats runs is
-reported as sentences/s and target pieces/s (EOS not counted), with the sacreBLEU score of each
-output against the references and the fraction of identical output lines, as one JSON object.
+`ctranslate2.Translator` with intra_threads = that count (--threads sets both; --compute-type
+int8 quantizes CTranslate2's weights on load). CTranslate2 takes one length limit per call and
+ours grows with the source, so each batch goes to it in one call per run of sentences with the
+same limit (`translate_pieces`; --one-call-per-batch: one call with the batch's largest limit,
+where sentences that reach their own limit may go on). Each timing covers tokenization, search
+and detokenization, after a warm-up; the runs of the two alternate (so that a change of load on a
+shared machine hits both), and the median of --repeats runs is reported as sentences/s and target
+pieces/s (EOS not counted), with the sacreBLEU score of each output against the references and
+the fraction of identical output lines, as one JSON object.
 """
 
 from __future__ import annotations
@@ -71,6 +72,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="0 = torch's default")
     parser.add_argument("--ct2-dir", help="an existing ctranslate2 export of the checkpoint")
     parser.add_argument("--one-call-per-batch", action="store_true")
+    parser.add_argument(
+        "--compute-type", default="default", help="CTranslate2's (default: the stored float32)"
+    )
     args = parser.parse_args()
 
     import ctranslate2
@@ -97,7 +101,10 @@ def main() -> None:
         convert_s = round(time.perf_counter() - start, 2)
     device = torch.device("cpu")
     model = restore_model(ckpt, device)
-    ct2 = ctranslate2.Translator(ct2_dir, device="cpu", intra_threads=threads, inter_threads=1)
+    ct2 = ctranslate2.Translator(
+        ct2_dir, device="cpu", compute_type=args.compute_type, intra_threads=threads,
+        inter_threads=1,
+    )  # fmt: skip
     src_vocab, tgt_vocab = ckpt.vocabs.src, ckpt.vocabs.tgt
     eos = tgt_vocab.id_to_piece([EOS])[0]
 
@@ -161,6 +168,7 @@ def main() -> None:
                 "data": f"{data_cfg.name} {args.split} ({len(sources)} sentences)",
                 "batch_size": args.batch_size,
                 "ctranslate2_calls": "one per batch" if args.one_call_per_batch else "per limit",
+                "ctranslate2_compute_type": ct2.compute_type,
                 "threads": {"torch": threads, "ctranslate2_intra": threads},
                 "ctranslate2": ctranslate2.__version__,
                 "torch": torch.__version__,
