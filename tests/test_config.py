@@ -55,6 +55,7 @@ REQUIRED = {
     "translate": ["ckpt=x"],
     "average": ["run_dir=x"],
     "plot": ["run_dir=x"],
+    "export": ["ckpt=x", "out=y"],
 }
 
 
