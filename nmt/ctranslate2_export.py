@@ -24,6 +24,7 @@ Recurrent checkpoints are refused (CTranslate2 has no recurrent attention decode
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +47,11 @@ from nmt.tokenizer import BOS, EOS, UNK, Vocab
 
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, which the model uses
 MIN_SINUSOID_ROWS = 1024  # decode.max_src_pieces' default; more when max_positions is larger
+# CTranslate2's beam search with length_penalty=0 ends a sentence as soon as its top beam ends;
+# ours ends it when beam_size hypotheses have ended (as CTranslate2 does with any penalty). A
+# penalty this small divides no float32 score (length ** 1e-9 rounds to 1.0f) but selects that
+# rule: length_penalty=none then searches exactly as ours.
+NO_EARLY_EXIT = 1e-9
 
 
 def _import_ctranslate2():
@@ -211,8 +217,9 @@ def decode_options(
     sources of these lengths (pieces + EOS, as our limits count them). docs/export.md has the
     table; in short:
 
-    Exact: greedy, beam size, n-best, length_penalty none (-> 0) and average (-> 1, with the EOS
-    counted in the length as ours counts it: `return_end_token=True`; strip it from the output),
+    Exact: greedy, beam size, n-best, length_penalty none (-> 0 for greedy, NO_EARLY_EXIT for
+    beam search) and average (-> 1, with the EOS counted in the length as ours counts it:
+    `return_end_token=True`; strip it from the output),
     the length limits. CTranslate2 has one limit per call: max_decoding_length is the largest of
     `src_lens` (`translate_pieces` groups sources with equal limits, so that it is each one's).
     min_len and no_repeat_ngram block
@@ -238,7 +245,7 @@ def decode_options(
         "beam_size": cfg.beam_size if beam else 1,
         "num_hypotheses": cfg.n_best if beam else 1,
         "patience": 1,
-        "length_penalty": 1.0 if average else 0.0,
+        "length_penalty": 1.0 if average else (NO_EARLY_EXIT if beam else 0.0),
         "return_end_token": average,
         "max_decoding_length": max_len,
         "min_decoding_length": min(max(cfg.min_len(n) for n in src_lens), max_len),
@@ -257,27 +264,23 @@ def translate_pieces(
     exact_limits: bool = True,
 ) -> list[list[tuple[list[str], float]]]:
     """Translate source pieces (without EOS: the model adds it) with a `ctranslate2.Translator`
-    in length-sorted batches of `cfg.batch_size`, as `nmt.search.decode_all` batches; n-best
-    lists of (target pieces without the `eos` piece, score) in input order. The score is our
-    `Hypothesis.normalized`.
+    in length-sorted batches, as `nmt.search.decode_all` batches; n-best lists of (target pieces
+    without the `eos` piece, score) in input order. The score is our `Hypothesis.normalized`.
 
     CTranslate2 takes one length limit per call; ours depends on the source length. With
-    `exact_limits` a batch goes in one call per run of sources with the same limits (sorted by
-    length, a batch holds a few such runs), so each sentence gets its own limit; without, one
-    call per batch with the batch's largest limit."""
+    `exact_limits` the length-sorted sources are cut into batches of at most `cfg.batch_size`
+    that share their limits (sources of equal length mostly), so each sentence gets its own
+    limit; without, batches of `cfg.batch_size` get one call each, with the batch's largest
+    limit."""
     order = sorted(range(len(pieces)), key=lambda i: len(pieces[i]))
+    runs = [order]
+    if exact_limits:  # the limits grow with the length: equal ones are neighbours in `order`
+        limits = lambda i: (cfg.max_len(len(pieces[i]) + 1), cfg.min_len(len(pieces[i]) + 1))
+        runs = [list(run) for _, run in itertools.groupby(order, key=limits)]
     out: list[list[tuple[list[str], float]]] = [[] for _ in pieces]
-    for start in range(0, len(order), cfg.batch_size):
-        batch = order[start : start + cfg.batch_size]
-        groups = [batch]
-        if exact_limits:
-            limits = {
-                i: (cfg.max_len(len(pieces[i]) + 1), cfg.min_len(len(pieces[i]) + 1)) for i in batch
-            }
-            groups = [
-                [i for i in batch if limits[i] == key] for key in dict.fromkeys(limits.values())
-            ]
-        for index in groups:
+    for run in runs:
+        for start in range(0, len(run), cfg.batch_size):
+            index = run[start : start + cfg.batch_size]
             sources = [pieces[i] for i in index]
             options = decode_options(cfg, [len(p) + 1 for p in sources], model)
             for i, result in zip(index, translator.translate_batch(sources, **options)):

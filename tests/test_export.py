@@ -276,6 +276,8 @@ def test_ctranslate2_refuses_what_it_cannot_represent(checkpoints, tmp_path):
     assert options["length_penalty"] == 1.0 and options["return_end_token"]
     assert options["max_decoding_length"] == BEAM.max_len(9)
     assert decode_options(GREEDY, [4])["beam_size"] == 1
+    # ours ends a sentence when K hypotheses ended: CTranslate2 does so for any penalty but 0
+    assert 0 < decode_options(BEAM, [4])["length_penalty"] < 1e-6
     with pytest.raises(NMTError, match="format=ctranslate2 only"):
         cli.compose_config("export", ["ckpt=x", "out=y", "quantization=int8"])
     with pytest.raises(NMTError, match="quantization=int3"):
