@@ -267,8 +267,9 @@ def readme(fmt: ExportFormat, manifest: dict) -> str:
         f"Exported from `{manifest['checkpoint']['path']}` by `nmt-export`; DIR below is this "
         "directory. Source tokenizer "
         f"`{tok['src']}`, target tokenizer `{tok['tgt']}` (sentencepiece). `{MANIFEST}` lists "
-        "the model settings, special ids and every graph input and output. See docs/export.md "
-        "in the nmt repository.\n\n"
+        "the model settings and special ids"
+        + ("" if fmt == ExportFormat.ctranslate2 else ", and every graph input and output")
+        + ". See docs/export.md in the nmt repository.\n\n"
     )
     if fmt == ExportFormat.ctranslate2:
         return head + (
@@ -278,9 +279,10 @@ def readme(fmt: ExportFormat, manifest: dict) -> str:
             f"sp_src = spm.SentencePieceProcessor(model_file=DIR + '/{tok['src']}')\n"
             f"sp_tgt = spm.SentencePieceProcessor(model_file=DIR + '/{tok['tgt']}')\n"
             "pieces = sp_src.encode(['Ein Hund läuft.'], out_type=str)  # EOS is added by CT2\n"
-            "result = translator.translate_batch(pieces, beam_size=5, length_penalty=0,\n"
-            "                                    min_decoding_length=0)\n"
-            "print(sp_tgt.decode(result[0].hypotheses[0]))\n```\n"
+            "result = translator.translate_batch(pieces, beam_size=5, min_decoding_length=0)\n"
+            "print(sp_tgt.decode(result[0].hypotheses[0]))\n```\n\n"
+            "The translate_batch options that search exactly as nmt does (length penalty, length "
+            "limits) are in docs/export.md (nmt.ctranslate2_export.decode_options).\n"
         )
     return head + (
         "Greedy translation with onnxruntime (or TorchScript) and numpy, no model code:\n\n"
