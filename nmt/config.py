@@ -518,9 +518,26 @@ class ExportFormat(str, Enum):
     ctranslate2 = "ctranslate2"
 
 
+CT2_QUANTIZATIONS = (
+    "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16",
+    "float32",
+)  # fmt: skip
+
+
 @dataclass
 class ExportRunConfig:
     ckpt: str = MISSING
     format: ExportFormat = ExportFormat.onnx
     out: str = MISSING  # a new directory: the exported model, its tokenizer and a README
     overwrite: bool = False  # replace an existing `out`
+    quantization: str | None = None  # ctranslate2 only: weight type (int8, float16...); None = fp32
+
+    def __post_init__(self) -> None:
+        if self.quantization is None:
+            return
+        if self.format != ExportFormat.ctranslate2:
+            raise NMTError("quantization=... applies to format=ctranslate2 only")
+        if self.quantization not in CT2_QUANTIZATIONS:
+            raise NMTError(
+                f"quantization={self.quantization}: expected one of {', '.join(CT2_QUANTIZATIONS)}"
+            )

@@ -23,41 +23,22 @@ from nmt.errors import NMTError
 from nmt.tokenizer import EOS
 from nmt.translate import Translator, arrivals, repl, source_ids
 
-SMALL = ["data.tokenizer.vocab_size=400", "train.batch_tokens=600", "train.lr=0.003"]
-MODELS = {
-    "gru": ["model=gru_bahdanau", "model.emb_size=64", "model.hidden_size=64"],
-    "transformer": [
-        "model=transformer_small",
-        "model.d_model=32",
-        "model.ff_size=64",
-        "model.encoder_layers=2",
-        "model.decoder_layers=2",
-    ],
-}
 SHORT = ["Ich sehe einundzwanzig rote Äpfel.", "Er zählt zwölf Katzen."]
 TRANSLATE = "from nmt.cli import main_translate; main_translate()"
 GREEDY_CPU = ["decode=greedy", "device=cpu"]  # as DecodeConfig() decodes, to compare with it
 
 
-def _train(tmp_path_factory, demo_dir: Path, family: str) -> Path:
-    run = tmp_path_factory.mktemp(family)
-    args = ["data=demo", f"data.local_dir={demo_dir}", f"run_dir={run}", *SMALL, *MODELS[family]]
-    # enough updates to end sentences with EOS, so decoding is not always max_len long
-    assert cli.train([*args, "train.max_steps=150", "train.valid_every=150"]) == 0
-    return run / "checkpoints" / "best"
+@pytest.fixture(scope="module")
+def gru_ckpt(train_small) -> Path:
+    return train_small("gru")
 
 
 @pytest.fixture(scope="module")
-def gru_ckpt(tmp_path_factory, demo_dir) -> Path:
-    return _train(tmp_path_factory, demo_dir, "gru")
+def transformer_ckpt(train_small) -> Path:
+    return train_small("transformer")
 
 
-@pytest.fixture(scope="module")
-def transformer_ckpt(tmp_path_factory, demo_dir) -> Path:
-    return _train(tmp_path_factory, demo_dir, "transformer")
-
-
-@pytest.fixture(params=sorted(MODELS))
+@pytest.fixture(params=["gru", "transformer"])
 def ckpt(request) -> Path:
     return request.getfixturevalue(f"{request.param}_ckpt")
 

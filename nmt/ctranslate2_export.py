@@ -1,0 +1,291 @@
+"""`nmt-export format=ctranslate2`: a Transformer checkpoint as a CTranslate2 model, and the
+CTranslate2 translation options that decode as a `DecodeConfig` does.
+
+The model is built with CTranslate2's converter spec API: a `TransformerSpec` whose encoder and
+decoder specs are filled from our state dict by a `Converter` subclass. How our settings map:
+
+- `norm=pre` -> `pre_norm=True`, with our final encoder / decoder LayerNorm as the spec's final
+  `layer_norm`; `norm=post` -> `pre_norm=False` (LayerNorm after each residual sum, no final one);
+  LayerNorm epsilon 1e-5 (PyTorch's default) in the model config.
+- positions: CTranslate2's built-in sinusoids differ from ours (sin and cos halves instead of
+  interleaved, positions from 1), so the encodings always go in as a table: our sinusoids for
+  `max(max_positions, 1024)` positions, or the learned table. Our learned positions reuse the last
+  row past `max_positions`; CTranslate2 cannot, so `decode_options` caps the lengths there.
+- `scale_embeddings` -> the spec's `scale_embeddings` (sqrt(d_model)); shared embeddings and a tied
+  output projection are the same array in several places (CTranslate2 stores it once).
+- attention: our fused key/value projection is the spec's fused [K; V] linear of cross-attention;
+  self-attention gets [Q; K; V]; queries scaled by 1/sqrt(d/h) as CTranslate2 does.
+- activation relu -> RELU, gelu (exact, erf) -> GELU.
+- vocabularies: the sentencepiece pieces in id order; special tokens by their pieces;
+  `add_source_eos=True` (our sources end with EOS), decoding starts from BOS.
+
+Recurrent checkpoints are refused (CTranslate2 has no recurrent attention decoders): use onnx.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+
+from nmt.checkpoint import Checkpoint
+from nmt.config import (
+    Activation,
+    DecodeConfig,
+    LengthPenalty,
+    ModelConfig,
+    Norm,
+    Positions,
+    RNNConfig,
+    Strategy,
+    TransformerConfig,
+)
+from nmt.errors import NMTError
+from nmt.models.transformer import sinusoids
+from nmt.tokenizer import BOS, EOS, UNK, Vocab
+
+LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, which the model uses
+MIN_SINUSOID_ROWS = 1024  # decode.max_src_pieces' default; more when max_positions is larger
+# CTranslate2's beam search with length_penalty=0 ends a sentence as soon as its top beam ends;
+# ours ends it when beam_size hypotheses have ended (as CTranslate2 does with any penalty). A
+# penalty this small divides no float32 score (length ** 1e-9 rounds to 1.0f) but selects that
+# rule: length_penalty=none then searches exactly as ours.
+NO_EARLY_EXIT = 1e-9
+
+
+def _import_ctranslate2():
+    try:
+        import ctranslate2
+    except ImportError as err:
+        raise NMTError("format=ctranslate2 needs ctranslate2: pip install nmt[export]") from err
+    return ctranslate2
+
+
+def check_convertible(cfg: ModelConfig) -> None:
+    """Raise NMTError, naming the setting, for what CTranslate2 cannot represent."""
+    if isinstance(cfg, RNNConfig):
+        raise NMTError(
+            f"format=ctranslate2 converts Transformer checkpoints only; this one is a recurrent "
+            f"model (model.arch=rnn, {cfg.cell.value} + {cfg.attention.value} attention), which "
+            "CTranslate2 cannot run: export it with format=onnx (or format=torchscript)"
+        )
+    if not isinstance(cfg, TransformerConfig):
+        raise NMTError(f"format=ctranslate2: unknown model.arch {cfg.arch!r}")
+    if cfg.activation not in (Activation.relu, Activation.gelu):  # a value added later
+        raise NMTError(f"format=ctranslate2: model.activation={cfg.activation.value} unsupported")
+
+
+def write_ctranslate2(ckpt: Checkpoint, out: Path, quantization: str | None = None) -> dict:
+    """Convert `ckpt` into the new directory `out`; returns the manifest entries."""
+    check_convertible(ckpt.config.model)
+    ct2 = _import_ctranslate2()
+
+    class NMTConverter(ct2.converters.Converter):
+        """CTranslate2's converter contract: `_load` returns the filled spec."""
+
+        def _load(self):
+            return build_spec(ckpt)
+
+    NMTConverter().convert(str(out), quantization=quantization, force=True)
+    cfg: TransformerConfig = ckpt.config.model
+    return {
+        "ctranslate2": {
+            "version": ct2.__version__,
+            "quantization": quantization or "float32",
+            "position_rows": _position_rows(cfg),
+            "add_source_eos": True,
+        }
+    }
+
+
+def _position_rows(cfg: TransformerConfig) -> int:
+    if cfg.positions == Positions.learned:
+        return cfg.max_positions
+    return max(cfg.max_positions, MIN_SINUSOID_ROWS)
+
+
+def build_spec(ckpt: Checkpoint):
+    """The filled `TransformerSpec` of a Transformer checkpoint."""
+    _import_ctranslate2()
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    cfg: TransformerConfig = ckpt.config.model
+    check_convertible(cfg)
+    weights = {k: v.detach().float().cpu().numpy() for k, v in ckpt.payload["model"].items()}
+    activation = {
+        Activation.relu: common_spec.Activation.RELU,
+        Activation.gelu: common_spec.Activation.GELU,  # exact (erf) GELU, as nn.GELU()
+    }[cfg.activation]
+    pre = cfg.norm == Norm.pre
+    encoder = transformer_spec.TransformerEncoderSpec(
+        cfg.encoder_layers, cfg.heads, pre_norm=pre, activation=activation
+    )
+    decoder = transformer_spec.TransformerDecoderSpec(
+        cfg.decoder_layers, cfg.heads, pre_norm=pre, activation=activation
+    )
+    _fill_side(encoder, weights, "encoder", cfg, encoder.embeddings[0])
+    _fill_side(decoder, weights, "decoder", cfg, decoder.embeddings)
+    for i, layer in enumerate(encoder.layer):
+        w = _scope(weights, f"encoder.layers.{i}.")
+        _self_attention(layer.self_attention, w, "attention.", "sub_attention.norm.")
+        _feed_forward(layer.ffn, w)
+    for i, layer in enumerate(decoder.layer):
+        w = _scope(weights, f"decoder.layers.{i}.")
+        _self_attention(layer.self_attention, w, "self_attention.", "sub_self.norm.")
+        _cross_attention(layer.attention, w)
+        _feed_forward(layer.ffn, w)
+    _linear(decoder.projection, _scope(weights, "decoder.out."))
+
+    spec = transformer_spec.TransformerSpec(encoder, decoder)
+    spec.config.layer_norm_epsilon = LAYER_NORM_EPS
+    pieces = _pieces(ckpt.vocabs.tgt)
+    spec.config.unk_token = pieces[UNK]
+    spec.config.bos_token = pieces[BOS]
+    spec.config.eos_token = pieces[EOS]
+    spec.config.decoder_start_token = pieces[BOS]
+    spec.config.add_source_eos = True
+    spec.register_source_vocabulary(_pieces(ckpt.vocabs.src))
+    spec.register_target_vocabulary(pieces)
+    return spec
+
+
+def _scope(weights: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
+    return {k.removeprefix(prefix): v for k, v in weights.items() if k.startswith(prefix)}
+
+
+def _fill_side(side, weights: dict, name: str, cfg: TransformerConfig, embeddings) -> None:
+    """Embeddings, scaling, position table and (pre-norm) final LayerNorm of one side."""
+    w = _scope(weights, f"{name}.")
+    embeddings.weight = w["embed.table.weight"]
+    side.scale_embeddings = bool(cfg.scale_embeddings)
+    if cfg.positions == Positions.learned:
+        table = w["embed.learned.weight"]
+    else:
+        table = sinusoids(_position_rows(cfg), cfg.d_model).numpy()
+    side.position_encodings.encodings = table
+    if cfg.norm == Norm.pre:
+        _layer_norm(side.layer_norm, _scope(w, "norm."))
+
+
+def _layer_norm(spec, w: dict) -> None:
+    spec.gamma, spec.beta = w["weight"], w["bias"]
+
+
+def _linear(spec, w: dict) -> None:
+    spec.weight = w["weight"]
+    if "bias" in w:
+        spec.bias = w["bias"]
+
+
+def _self_attention(spec, w: dict, attention: str, norm: str) -> None:
+    """linear[0] = fused [Q; K; V], linear[1] = output; the sublayer's LayerNorm."""
+    a = _scope(w, attention)
+    spec.linear[0].weight = np.concatenate([a["q.weight"], a["kv.weight"]])
+    spec.linear[0].bias = np.concatenate([a["q.bias"], a["kv.bias"]])
+    _linear(spec.linear[1], _scope(a, "out."))
+    _layer_norm(spec.layer_norm, _scope(w, norm))
+
+
+def _cross_attention(spec, w: dict) -> None:
+    """linear[0] = Q, linear[1] = fused [K; V] (our kv layout), linear[2] = output."""
+    a = _scope(w, "cross_attention.")
+    _linear(spec.linear[0], _scope(a, "q."))
+    _linear(spec.linear[1], _scope(a, "kv."))
+    _linear(spec.linear[2], _scope(a, "out."))
+    _layer_norm(spec.layer_norm, _scope(w, "sub_cross.norm."))
+
+
+def _feed_forward(spec, w: dict) -> None:
+    """FeedForward = Sequential(Linear, activation, Dropout, Linear)."""
+    _linear(spec.linear_0, _scope(w, "feed_forward.0."))
+    _linear(spec.linear_1, _scope(w, "feed_forward.3."))
+    _layer_norm(spec.layer_norm, _scope(w, "sub_ff.norm."))
+
+
+def _pieces(vocab: Vocab) -> list[str]:
+    return vocab.id_to_piece(list(range(len(vocab))))
+
+
+# ---- decoding options ---------------------------------------------------------------------------
+
+
+def decode_options(
+    cfg: DecodeConfig, src_lens: list[int], model: ModelConfig | None = None
+) -> dict:
+    """`Translator.translate_batch` keyword arguments that search as `cfg` does, for a batch of
+    sources of these lengths (pieces + EOS, as our limits count them). docs/export.md has the
+    table; in short:
+
+    Exact: greedy, beam size, n-best, length_penalty none (-> 0 for greedy, NO_EARLY_EXIT for
+    beam search) and average (-> 1, with the EOS counted in the length as ours counts it:
+    `return_end_token=True`; strip it from the output),
+    the length limits. CTranslate2 has one limit per call: max_decoding_length is the largest of
+    `src_lens` (`translate_pieces` groups sources with equal limits, so that it is each one's).
+    min_len and no_repeat_ngram block
+    the same tokens, but CTranslate2 renormalises the log-probabilities after blocking (we do
+    not), so scores and beam rankings may differ. Refused: the gnmt length penalty in beam search
+    and sampling (CTranslate2 has neither our formula nor our random stream)."""
+    if cfg.strategy == Strategy.sample:
+        raise NMTError("decode=sample has no exact CTranslate2 equivalent (a different RNG)")
+    beam = cfg.strategy == Strategy.beam
+    if cfg.length_penalty == LengthPenalty.gnmt and beam:
+        raise NMTError(
+            "decode.length_penalty=gnmt has no CTranslate2 equivalent (CTranslate2 divides the "
+            "score by length ** length_penalty): use decode.length_penalty=none or average"
+        )
+    average = cfg.length_penalty == LengthPenalty.average
+    max_len = max(cfg.max_len(n) for n in src_lens)
+    max_input = 0  # sources are capped (decode.max_src_pieces) before
+    if isinstance(model, TransformerConfig) and model.positions == Positions.learned:
+        # no position rows past the table: CTranslate2 would fail where we reuse the last row
+        max_len = min(max_len, model.max_positions)
+        max_input = model.max_positions - 1  # + the EOS it appends
+    return {
+        "beam_size": cfg.beam_size if beam else 1,
+        "num_hypotheses": cfg.n_best if beam else 1,
+        "patience": 1,
+        "length_penalty": 1.0 if average else (NO_EARLY_EXIT if beam else 0.0),
+        "return_end_token": average,
+        "max_decoding_length": max_len,
+        "min_decoding_length": min(max(cfg.min_len(n) for n in src_lens), max_len),
+        "no_repeat_ngram_size": cfg.no_repeat_ngram,
+        "max_input_length": max_input,
+        "return_scores": True,
+    }
+
+
+def translate_pieces(
+    translator,
+    pieces: list[list[str]],
+    cfg: DecodeConfig,
+    eos: str = "</s>",
+    model: ModelConfig | None = None,
+    exact_limits: bool = True,
+) -> list[list[tuple[list[str], float]]]:
+    """Translate source pieces (without EOS: the model adds it) with a `ctranslate2.Translator`
+    in length-sorted batches, as `nmt.search.decode_all` batches; n-best lists of (target pieces
+    without the `eos` piece, score) in input order. The score is our `Hypothesis.normalized`.
+
+    CTranslate2 takes one length limit per call; ours depends on the source length. With
+    `exact_limits` the length-sorted sources are cut into batches of at most `cfg.batch_size`
+    that share their limits (sources of equal length mostly), so each sentence gets its own
+    limit; without, batches of `cfg.batch_size` get one call each, with the batch's largest
+    limit."""
+    order = sorted(range(len(pieces)), key=lambda i: len(pieces[i]))
+    runs = [order]
+    if exact_limits:  # the limits grow with the length: equal ones are neighbours in `order`
+        limits = lambda i: (cfg.max_len(len(pieces[i]) + 1), cfg.min_len(len(pieces[i]) + 1))
+        runs = [list(run) for _, run in itertools.groupby(order, key=limits)]
+    out: list[list[tuple[list[str], float]]] = [[] for _ in pieces]
+    for run in runs:
+        for start in range(0, len(run), cfg.batch_size):
+            index = run[start : start + cfg.batch_size]
+            sources = [pieces[i] for i in index]
+            options = decode_options(cfg, [len(p) + 1 for p in sources], model)
+            for i, result in zip(index, translator.translate_batch(sources, **options)):
+                out[i] = [
+                    (tokens[:-1] if tokens and tokens[-1] == eos else tokens, score)
+                    for tokens, score in zip(result.hypotheses, result.scores)
+                ]
+    return out

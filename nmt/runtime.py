@@ -1,0 +1,206 @@
+"""Greedy decoding of an exported model (`nmt-export format=onnx|torchscript`) without nmt's
+model code: the encoder and decoder-step graphs, the sentencepiece model(s) and `manifest.json`.
+
+The loop is the one of `nmt.search.greedy`: BOS first, the most probable token each step, EOS
+blocked before the minimum length, a sentence stops at EOS or at its length limit and leaves the
+batch at once. It talks to the graphs only through the manifest: the encoder's outputs named in
+`memory` go to every step unchanged, the step outputs named in `state` come back as the next
+step's inputs, and each tensor's `batch_axis` says how to drop finished sentences.
+
+    from nmt.runtime import ExportedTranslator
+    translator = ExportedTranslator("runs/export")   # onnxruntime (or TorchScript) and numpy
+    translator.translate(["Ein Hund läuft."])
+
+This module needs numpy, sentencepiece and onnxruntime (TorchScript: torch), not the model code.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from nmt.config import DecodeConfig
+from nmt.errors import NMTError
+from nmt.tokenizer import BOS, EOS, PAD, Vocab
+
+MANIFEST = "manifest.json"
+
+
+@dataclass
+class Decoded:
+    tokens: list[int]  # target ids without BOS and EOS
+    score: float  # sum of the log-probabilities of the tokens (and of EOS when it ended)
+    ended: bool  # produced EOS (False: stopped at the length limit)
+
+
+def read_manifest(directory: str | Path) -> dict:
+    path = Path(directory) / MANIFEST
+    if not path.is_file():
+        raise NMTError(f"{directory} is not an nmt export (no {MANIFEST} in it)")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+class OnnxSession:
+    """Both graphs on onnxruntime's CPU provider; `threads` = 0 lets onnxruntime choose."""
+
+    def __init__(self, directory: Path, manifest: dict, threads: int = 0) -> None:
+        try:
+            import onnxruntime as ort
+        except ImportError as err:
+            raise NMTError(
+                "running ONNX graphs needs onnxruntime: pip install nmt[export]"
+            ) from err
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3  # no shape-inference warnings on variable axes
+        self.sessions = {
+            graph: ort.InferenceSession(
+                str(directory / manifest[graph]["file"]), options, ["CPUExecutionProvider"]
+            )
+            for graph in ("encoder", "decoder_step")
+        }
+
+    def run(self, graph: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        session = self.sessions[graph]
+        names = [o.name for o in session.get_outputs()]
+        feed = {i.name: inputs[i.name] for i in session.get_inputs()}
+        return dict(zip(names, session.run(names, feed)))
+
+
+class TorchScriptSession:
+    """Both graphs as TorchScript modules (torch.jit.load), inputs in manifest order."""
+
+    def __init__(self, directory: Path, manifest: dict, threads: int = 0) -> None:
+        import torch
+
+        self.torch = torch
+        if threads:
+            torch.set_num_threads(threads)
+        self.manifest = manifest
+        self.modules = {
+            graph: torch.jit.load(str(directory / manifest[graph]["file"]), map_location="cpu")
+            for graph in ("encoder", "decoder_step")
+        }
+
+    def run(self, graph: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        spec = self.manifest[graph]
+        args = [self.torch.from_numpy(inputs[t["name"]]) for t in spec["inputs"]]
+        with self.torch.inference_mode():
+            out = self.modules[graph](*args)
+        return {t["name"]: o.numpy() for t, o in zip(spec["outputs"], out)}
+
+
+class ExportedTranslator:
+    """Greedy translation with the exported graphs. `decode` gives the batch size, the length
+    limits (max_len_a/b/cap, min_len_a/b) and max_src_pieces; by default those the checkpoint
+    validated with (stored in the manifest). Other search settings are not supported here."""
+
+    def __init__(
+        self, directory: str | Path, decode: DecodeConfig | None = None, threads: int = 0
+    ) -> None:
+        self.directory = Path(directory)
+        self.manifest = read_manifest(self.directory)
+        kind = self.manifest.get("format")
+        match kind:
+            case "onnx":
+                self.session: OnnxSession | TorchScriptSession = OnnxSession(
+                    self.directory, self.manifest, threads
+                )
+            case "torchscript":
+                self.session = TorchScriptSession(self.directory, self.manifest, threads)
+            case _:
+                raise NMTError(f"{directory}: format {kind!r} has no graphs to run here")
+        self.decode = decode or DecodeConfig(**self.manifest["decode"])
+        tokenizer = self.manifest["tokenizer"]
+        self.src_vocab = Vocab(self.directory / tokenizer["src"])
+        self.tgt_vocab = Vocab(self.directory / tokenizer["tgt"])
+
+    def translate(self, sentences: list[str]) -> list[str]:
+        """Blank sentences give blank translations; a source longer than
+        decode.max_src_pieces is cut to its first pieces (as `Translator` does, without a
+        warning)."""
+        todo = [i for i, s in enumerate(sentences) if s.strip()]
+        cap = self.decode.max_src_pieces
+        ids = self.src_vocab.encode([" ".join(sentences[i].split()) for i in todo])
+        src_ids = [(x[: cap - 1] if cap else x) + [EOS] for x in ids]
+        decoded = self.greedy(src_ids)
+        texts = self.tgt_vocab.decode([d.tokens for d in decoded]) if decoded else []
+        out = [""] * len(sentences)
+        for i, text in zip(todo, texts):
+            out[i] = " ".join(text.split())
+        return out
+
+    def greedy(self, src_ids: list[list[int]]) -> list[Decoded]:
+        """Decode sources (ids ending in EOS) in length-sorted batches; results in input order."""
+        return greedy(self.session, self.manifest, src_ids, self.decode)
+
+
+def greedy(
+    session, manifest: dict, src_ids: list[list[int]], decode: DecodeConfig
+) -> list[Decoded]:
+    """Greedy decoding of sources (ids ending in EOS) in length-sorted batches of
+    `decode.batch_size`, results in input order. `session.run(graph, inputs) -> outputs` runs
+    "encoder" or "decoder_step" on numpy arrays by name (`OnnxSession`, `TorchScriptSession`, or
+    `nmt.graphs.Graphs` itself); `manifest` connects them."""
+    order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]))
+    results: list[Decoded] = [Decoded([], 0.0, False)] * len(src_ids)
+    for start in range(0, len(order), decode.batch_size):
+        index = order[start : start + decode.batch_size]
+        for i, result in zip(
+            index, greedy_batch(session, manifest, [src_ids[i] for i in index], decode)
+        ):
+            results[i] = result
+    return results
+
+
+def greedy_batch(
+    session, manifest: dict, src_ids: list[list[int]], decode: DecodeConfig
+) -> list[Decoded]:
+    """One padded batch, as `nmt.search.greedy`."""
+    batch = len(src_ids)
+    lens = np.array([len(s) for s in src_ids], dtype=np.int64)
+    src = np.full((batch, int(lens.max())), PAD, dtype=np.int64)
+    for row, ids in enumerate(src_ids):
+        src[row, : len(ids)] = ids
+    encoded = session.run("encoder", {"src": src, "src_lens": lens})
+    memory = {name: encoded[name] for name in manifest["memory"]}
+    state = {name: encoded[name] for name in manifest["state"].values()}
+    batch_axis = {t["name"]: t.get("batch_axis") for t in manifest["decoder_step"]["inputs"]}
+    max_len = np.array([decode.max_len(int(n)) for n in lens])
+    min_len = np.array([decode.min_len(int(n)) for n in lens])
+
+    tokens: list[list[int]] = [[] for _ in range(batch)]
+    scores = np.zeros(batch, dtype=np.float32)
+    alive = np.arange(batch)  # original rows still decoding
+    prev = np.full(batch, BOS, dtype=np.int64)
+    for t in range(int(max_len.max())):
+        out = session.run("decoder_step", {"prev": prev, **state, **memory})
+        log_probs = out["log_probs"]
+        blocked = t < min_len[alive]
+        if blocked.any():
+            log_probs = log_probs.copy()
+            log_probs[blocked, EOS] = -np.inf
+        choice = log_probs.argmax(axis=1)
+        scores[alive] += log_probs[np.arange(len(alive)), choice]
+        for row, token in zip(alive.tolist(), choice.tolist()):
+            tokens[row].append(token)
+        done = (choice == EOS) | (t + 1 >= max_len[alive])
+        if done.all():
+            break
+        state = {old: out[new] for new, old in manifest["state"].items()}
+        if done.any():
+            keep = np.flatnonzero(~done)
+            state = {k: v.take(keep, axis=batch_axis[k]) for k, v in state.items()}
+            memory = {k: v.take(keep, axis=batch_axis[k]) for k, v in memory.items()}
+            alive, choice = alive[keep], choice[keep]
+        prev = choice.astype(np.int64)
+
+    results = []
+    for seq, score in zip(tokens, scores.tolist()):
+        ended = bool(seq) and seq[-1] == EOS
+        results.append(Decoded(seq[:-1] if ended else seq, score, ended))
+    return results
