@@ -22,6 +22,7 @@ nothing else meanwhile: two torch processes on two cores slow each other by 10×
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -50,7 +51,14 @@ def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
 
 
 def last_json(text: str) -> dict:
-    return json.loads([line for line in text.splitlines() if line.startswith("{")][-1])
+    """The last JSON object printed, on one line or spread over several (bench_train indents)."""
+    decoder, found = json.JSONDecoder(), None
+    for start in (m.start() for m in re.finditer(r"^\{", text, re.MULTILINE)):
+        with contextlib.suppress(json.JSONDecodeError):
+            found = decoder.raw_decode(text, start)[0]
+    if found is None:
+        raise SystemExit(f"bench_vs_joey: no JSON in the output:\n{text[-2000:]}")
+    return found
 
 
 def nmt_train_speed(data: Path, model: list[str]) -> float:
