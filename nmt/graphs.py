@@ -354,7 +354,8 @@ def _rnn_spec(model: Seq2Seq) -> GraphSpec:
     memory: list[TensorSpec] = []
     heads = 1
     if dec.attention is not None:
-        keys, values = dec.attention.prepare(torch.zeros(1, 1, cfg.hidden_size))
+        probe = torch.zeros(1, 1, cfg.hidden_size, device=dec.out.weight.device)  # for the shapes
+        keys, values = dec.attention.prepare(probe)
         heads = values.size(1)
         key_shape = ["batch", *(["src_len"] if keys.dim() == 3 else [heads, "src_len"])]
         memory = [
