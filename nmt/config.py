@@ -124,6 +124,9 @@ class TokenizerConfig:
     byte_fallback: bool = True  # unknown characters become UTF-8 byte pieces, never <unk>
     character_coverage: float = 1.0
     max_sentences: int = 2_000_000  # sample at most this many lines to train the model
+    # keep only the pieces the target training text uses (both sides' under shared embeddings):
+    # a smaller output layer, the costliest layer of training and decoding
+    prune_unseen: bool = True
 
     def __post_init__(self) -> None:
         if self.max_sentences < 1:

@@ -177,9 +177,10 @@ class BahdanauDecoder(RNNDecoder):
     def run(self, emb: Tensor, state: RNNState) -> tuple[Tensor, Tensor | None, RNNState]:
         hidden = state.hidden
         states, contexts, weights = [], [], []
-        for t in range(emb.size(1)):
+        # unbind, not emb[:, t]: a slice's backward writes a zero tensor of the whole (B, T, E)
+        for emb_t in emb.unbind(1):
             context, w = self.attend(_top(hidden), state)  # (B, 1, H)
-            out, hidden = self.rnn(torch.cat([emb[:, t : t + 1], context], dim=-1), hidden)
+            out, hidden = self.rnn(torch.cat([emb_t.unsqueeze(1), context], dim=-1), hidden)
             states.append(out)
             contexts.append(context)
             weights.append(w)
@@ -217,8 +218,8 @@ class LuongDecoder(RNNDecoder):
             else emb.new_zeros(emb.size(0), 1, self.hidden_size)
         )
         outputs, weights = [], []
-        for t in range(emb.size(1)):
-            h, hidden = self.rnn(torch.cat([emb[:, t : t + 1], feed], dim=-1), hidden)
+        for emb_t in emb.unbind(1):  # unbind: see BahdanauDecoder.run
+            h, hidden = self.rnn(torch.cat([emb_t.unsqueeze(1), feed], dim=-1), hidden)
             feed, w = self.attentional(h, state)
             outputs.append(feed)
             weights.append(w)
