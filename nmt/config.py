@@ -79,6 +79,8 @@ class Scheduler(str, Enum):
     constant = "constant"  # warm-up, then constant
     plateau = "plateau"  # warm-up, then multiply by `plateau_factor` when validation stalls
     noam = "noam"  # warm-up, then inverse square root of the step
+    linear = "linear"  # warm-up, then linear decay to min_lr at max_steps or max_minutes
+    cosine = "cosine"  # warm-up, then half a cosine down to min_lr at max_steps or max_minutes
 
 
 class Metric(str, Enum):

@@ -107,12 +107,15 @@ def _common_manifest(ckpt: Checkpoint, fmt: ExportFormat) -> dict:
             "src": vocabs.src.path.name,
             "tgt": vocabs.tgt.path.name,
             "joint": vocabs.joint,
+            # pruned sides: id i is the sentencepiece id on line i of this file (id, tab, piece)
+            "src_pieces": None if vocabs.src.kept_path is None else vocabs.src.kept_path.name,
+            "tgt_pieces": None if vocabs.tgt.kept_path is None else vocabs.tgt.kept_path.name,
             "src_vocab_size": len(vocabs.src),
             "tgt_vocab_size": len(vocabs.tgt),
         },
         "special_ids": ids,
         "special_pieces": {k: vocabs.tgt.id_to_piece([i])[0] for k, i in ids.items()},
-        "source": "sentencepiece ids of the text, then EOS",
+        "source": "sentencepiece ids of the text (mapped through src_pieces if set), then EOS",
         "target": "decoding starts from BOS and stops at EOS",
         # the limits the checkpoint validated with: nmt.runtime's defaults
         "decode": {
@@ -292,5 +295,7 @@ def readme(fmt: ExportFormat, manifest: dict) -> str:
         "`src_lens` (B,) for the recurrent family); then call the decoder-step graph with `prev` "
         "(B,) = BOS, the encoder outputs listed under `memory` and the state (initially the "
         "encoder outputs named in `state`); each step returns `log_probs` (B, V) and the new "
-        "state (`new_*` outputs become the next step's inputs). Stop a row at EOS.\n"
+        "state (`new_*` outputs become the next step's inputs). Stop a row at EOS. Where the "
+        "manifest names `src_pieces` / `tgt_pieces`, the vocabulary is pruned: model id i is "
+        "the sentencepiece id on line i of that file.\n"
     )

@@ -116,8 +116,13 @@ class ExportedTranslator:
                 raise NMTError(f"{directory}: format {kind!r} has no graphs to run here")
         self.decode = decode or DecodeConfig(**self.manifest["decode"])
         tokenizer = self.manifest["tokenizer"]
-        self.src_vocab = Vocab(self.directory / tokenizer["src"])
-        self.tgt_vocab = Vocab(self.directory / tokenizer["tgt"])
+        pieces = {
+            side: None if tokenizer.get(f"{side}_pieces") is None else
+            self.directory / tokenizer[f"{side}_pieces"]
+            for side in ("src", "tgt")
+        }  # fmt: skip
+        self.src_vocab = Vocab(self.directory / tokenizer["src"], pieces["src"])
+        self.tgt_vocab = Vocab(self.directory / tokenizer["tgt"], pieces["tgt"])
 
     def translate(self, sentences: list[str]) -> list[str]:
         """Blank sentences give blank translations; a source longer than

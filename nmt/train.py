@@ -84,6 +84,7 @@ class Progress:
     position: int = 0  # batches of `epoch` already consumed
     best: float | None = None  # best validation value of `train.metric`
     bad_validations: int = 0  # since `best` (early stopping)
+    seconds: float = 0.0  # wall clock spent by the run at this checkpoint (train.max_minutes)
 
 
 def _better(metric: Metric, new: float, best: float | None) -> bool:
@@ -280,6 +281,8 @@ class Trainer:
         self.say = _print_err if where.main else _silent
         self.started = time.monotonic() if started is None else started  # for train.max_minutes
         self.valid_seconds = 0.0  # how long the last validation took
+        # seconds of the time budget spent, one validation ahead, agreed by all ranks (_must_stop)
+        self.spent_seconds = 0.0
 
     def restore(self, ckpt: Checkpoint) -> None:
         """Continue exactly where `ckpt` left off: weights, optimizer, schedule, data position and
@@ -297,6 +300,7 @@ class Trainer:
         self.schedule.load_state_dict(payload["scheduler"])
         self.scaler.load_state_dict(payload["scaler"])
         self.progress = Progress(**payload["progress"])
+        self.started -= self.progress.seconds  # max_minutes counts the whole run, not this command
         self.saved_step = self.progress.step
         ranks = payload.get("rng_ranks") or [payload["rng"]]
         _set_rng_state(ranks[self.where.rank])
@@ -317,7 +321,7 @@ class Trainer:
         # tokens of the whole update, counted from the index lists on the host: no device sync
         # and no communication, since every rank knows every rank's batches
         tokens = sum(len(train.tgt[i]) + 1 for batch in group for i in batch)
-        self.schedule.set_step(self.progress.step + 1)
+        self.schedule.set_step(self.progress.step + 1, self._spent())
         self.optimizer.zero_grad(set_to_none=True)
         self.progress.step += 1  # a skipped update still consumes its batches: resume stays exact
         out_of_memory = False
@@ -434,7 +438,7 @@ class Trainer:
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.schedule.state_dict(),
             "scaler": self.scaler.state_dict(),
-            "progress": vars(self.progress).copy(),
+            "progress": vars(self.progress) | {"seconds": time.monotonic() - self.started},
             "rng": rng[0],
             "world_size": self.where.world,
             "metrics": metrics,
@@ -576,17 +580,26 @@ class Trainer:
         best = self.root / "best"
         return best if best.exists() else self.root / "last"
 
+    def _spent(self) -> float:
+        """The fraction of the budget (steps or time, whichever binds first) used: the decaying
+        LR schedules follow it."""
+        steps = self.progress.step / self.cfg.train.max_steps
+        budget = self.cfg.train.max_minutes * 60
+        return max(steps, self.spent_seconds / budget) if budget else steps
+
     def _must_stop(self, stop: StopRequest) -> tuple[bool, bool]:
         """(a stop signal came, the time budget is spent), agreed by all ranks: every rank must
-        stop after the same update. The budget keeps room for one more validation, timed on the
-        last one, so that the run ends within it."""
+        stop after the same update, and use the same learning rate. The budget keeps room for
+        one more validation, timed on the last one, so that the run ends within it."""
+        spent = time.monotonic() - self.started + self.valid_seconds
+        signalled = stop.signal is not None
+        if self.where.active:
+            flags = torch.tensor([float(signalled), spent], device=self.device)
+            total = sum_across(flags, self.where).tolist()
+            signalled, spent = total[0] > 0, total[1] / self.where.world
+        self.spent_seconds = spent
         budget = self.cfg.train.max_minutes * 60
-        late = bool(budget) and time.monotonic() + self.valid_seconds >= self.started + budget
-        if not self.where.active:
-            return stop.signal is not None, late
-        flags = torch.tensor([float(stop.signal is not None), float(late)], device=self.device)
-        signalled, late = (sum_across(flags, self.where) > 0).tolist()
-        return signalled, late
+        return signalled, bool(budget) and spent >= budget
 
     def _out_of_time(self) -> Path:
         """train.max_minutes: validate and save the update just finished, as at max_steps."""

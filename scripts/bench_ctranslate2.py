@@ -120,7 +120,7 @@ def main() -> None:
         nbest = translate_pieces(
             ct2, pieces, cfg, eos, ckpt.config.model, exact_limits=not args.one_call_per_batch
         )
-        out_ids = [[tgt_vocab.sp.PieceToId(p) for p in hyps[0][0]] for hyps in nbest]
+        out_ids = [[tgt_vocab.piece_to_id(p) for p in hyps[0][0]] for hyps in nbest]
         texts = [clean(t) for t in tgt_vocab.decode(out_ids)]
         return texts, sum(len(x) for x in out_ids)
 

@@ -61,7 +61,8 @@ def test_nmt_average_writes_a_checkpoint_that_loads_and_translates(run, capsys):
     assert "optimizer" not in ckpt.payload
     expected = average_checkpoints(newest_checkpoints(run, 3))
     assert all(torch.equal(ckpt.payload["model"][k], v) for k, v in expected.items())
-    assert sorted(p.name for p in out.iterdir()) == ["ckpt.pt", "config.yaml", "spm.model"]
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["ckpt.pt", "config.yaml", "pieces.tgt.tsv", "spm.model"]
 
     translator = Translator.from_checkpoint(out, device="cpu")
     texts = translator.translate(["Ich sehe einundzwanzig rote Äpfel.", ""])

@@ -50,3 +50,20 @@ def test_state_round_trip():
     t = schedule(scheduler="plateau", plateau_patience=1)
     t.load_state_dict(s.state_dict())
     assert t.lr_at(1) == s.lr_at(1) and t.bad == s.bad
+
+
+@pytest.mark.parametrize("kind", ["linear", "cosine"])
+def test_decays_reach_min_lr_when_the_budget_is_spent(kind):
+    s = schedule(lr=1e-3, min_lr=1e-5, scheduler=kind, warmup_steps=10)
+    assert s.lr_at(5, 0.0) == pytest.approx(5e-4)  # warm-up first
+    assert s.lr_at(10, 0.0) == pytest.approx(1e-3)
+    assert s.lr_at(10, 0.5) == pytest.approx((1e-3 + 1e-5) / 2)  # both are halfway at 0.5
+    assert s.lr_at(10, 1.0) == s.lr_at(10, 7.0) == pytest.approx(1e-5)
+    lrs = [s.lr_at(10, x / 10) for x in range(11)]
+    assert lrs == sorted(lrs, reverse=True)
+    if kind == "cosine":  # slow at first, fast in the middle
+        assert lrs[0] - lrs[1] < lrs[5] - lrs[6]
+    s.report(False)
+    s.report(False)
+    s.report(False)
+    assert s.lr_at(10, 0.0) == pytest.approx(1e-3)  # validation does not move a decay

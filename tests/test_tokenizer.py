@@ -18,6 +18,7 @@ from nmt.tokenizer import (
     BOS,
     EOS,
     JOINT_FILE,
+    KEPT_FILES,
     PAD,
     SRC_FILE,
     TGT_FILE,
@@ -25,6 +26,7 @@ from nmt.tokenizer import (
     Vocab,
     Vocabs,
     load_vocabs,
+    prune_vocabs,
     train_vocabs,
 )
 
@@ -204,3 +206,47 @@ def test_joint_model_encodes_both_sides_alike(tmp_path):
     assert vocabs.src is vocabs.tgt
     assert vocabs.src.encode(TGT[:5]) == vocabs.tgt.encode(TGT[:5])
     assert Path(vocabs.src.path).name == JOINT_FILE
+
+
+@pytest.mark.parametrize("joint", [True, False], ids=["joint", "separate"])
+def test_pruned_target_keeps_exactly_the_pieces_of_its_training_text(tmp_path, joint):
+    full = train_vocabs(SRC, TGT, tmp_path, _cfg(joint, PieceModel.unigram))
+    used = {i for row in full.tgt.encode(TGT) for i in row}
+    vocabs = prune_vocabs(full, SRC, TGT, tmp_path, shared=False)
+    assert len(vocabs.tgt) == len(used | {PAD, UNK, BOS, EOS}) < len(full.tgt)
+    assert len(vocabs.src) == len(full.src)  # the source side is untouched
+    assert vocabs.joint is False and (tmp_path / KEPT_FILES["tgt"]).is_file()
+    # the specials keep their ids; the training text round-trips through the smaller id space
+    assert vocabs.tgt.id_to_piece([PAD, UNK, BOS, EOS]) == full.tgt.id_to_piece([0, 1, 2, 3])
+    ids = vocabs.tgt.encode(TGT)
+    assert all(0 <= i < len(vocabs.tgt) and i != UNK for row in ids for i in row)
+    assert vocabs.tgt.decode(ids) == [clean(t) for t in TGT]
+    assert [vocabs.tgt.id_to_piece(row) for row in ids] == [full.tgt.pieces(t) for t in TGT]
+    assert vocabs.tgt.piece_to_id(full.tgt.pieces(TGT[0])[0]) == ids[0][0]
+    # a piece the target text never used is <unk>, not a silently different piece
+    assert UNK in vocabs.tgt.encode(["漢"])[0]
+    # load_vocabs finds the list again; the digest tells pruned from full
+    loaded = load_vocabs(tmp_path)
+    assert loaded.tgt.kept == vocabs.tgt.kept and loaded.src.kept is None
+    assert loaded.tgt.digest() != full.tgt.digest() and loaded.src.digest() == full.src.digest()
+    assert {p.name for p in loaded.files()} >= {KEPT_FILES["tgt"]}
+    # a new tokenizer in the same directory drops the old list
+    train_vocabs(SRC, TGT, tmp_path, _cfg(joint, PieceModel.unigram))
+    assert load_vocabs(tmp_path).tgt.kept is None
+
+
+def test_shared_embeddings_prune_both_sides_to_one_id_space(tmp_path):
+    full = train_vocabs(SRC, TGT, tmp_path, _cfg(True, PieceModel.unigram))
+    vocabs = prune_vocabs(full, SRC, TGT, tmp_path, shared=True)
+    assert vocabs.joint and vocabs.src.kept == vocabs.tgt.kept
+    used = {i for row in full.src.encode(SRC) + full.tgt.encode(TGT) for i in row}
+    assert len(vocabs.src) == len(used | {PAD, UNK, BOS, EOS}) < len(full.src)
+    assert vocabs.src.encode(TGT[:5]) == vocabs.tgt.encode(TGT[:5])
+
+
+def test_a_damaged_pruned_list_is_refused(tmp_path):
+    full = train_vocabs(SRC, TGT, tmp_path, _cfg(True, PieceModel.unigram))
+    prune_vocabs(full, SRC, TGT, tmp_path, shared=False)
+    (tmp_path / KEPT_FILES["tgt"]).write_text("7\tx\n3\ty\n")
+    with pytest.raises(NMTError, match="not a pruned vocabulary"):
+        load_vocabs(tmp_path)

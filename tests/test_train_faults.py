@@ -298,3 +298,23 @@ def test_a_time_budget_ends_the_run_validated_and_saved_within_it(tmp_path, demo
     assert 1 <= step < 100000
     # within the budget, give or take one update and the last validation's estimate
     assert elapsed < 6 + 3, elapsed
+
+
+def test_a_linear_decay_ends_at_min_lr_and_resume_keeps_the_budget(tmp_path, demo_dir, capsys):
+    run = tmp_path / "run"
+    extra = [
+        "train.max_minutes=0.1", "train.max_steps=100000", "train.valid_every=100000",
+        "train.scheduler=linear", "train.lr=0.01", "train.min_lr=0.0001", "train.log_every=1",
+    ]  # fmt: skip
+    assert cli.train(args(run, demo_dir, *extra)) == 0
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    lrs = [r["lr"] for r in rows if r["split"] == "train"]
+    # the decay follows the minutes, not max_steps: it ends near min_lr at the budget
+    assert lrs == sorted(lrs, reverse=True) and lrs[0] > 0.008 and lrs[-1] < 0.002, lrs
+    step = last_step(run)
+    seconds = load_checkpoint(run / "checkpoints" / "last").payload["progress"]["seconds"]
+    assert 4 < seconds < 9, seconds
+    # resumed, the run has already spent its budget: one more update, saved, done
+    capsys.readouterr()
+    assert cli.train(args(run, demo_dir, *extra, "train.resume=true")) == 0
+    assert f"time budget of 0.1 min reached after step {step + 1}" in capsys.readouterr().err
