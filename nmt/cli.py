@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import json
 import sys
 import traceback
@@ -27,6 +28,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import nmt
 from nmt.config import (
     AverageRunConfig,
     EvaluateRunConfig,
@@ -418,10 +420,12 @@ def _run(
     return 0
 
 
-def train(argv: list[str] | None = None) -> int:
+def train(argv: list[str] | None = None, started: float | None = None) -> int:
+    """nmt-train; `started` (time.monotonic()) is where train.max_minutes counts from."""
     from nmt.train import train_main
 
-    return _run("train", train_main, argv, sweep=sweep_train)
+    run = functools.partial(train_main, started=started)
+    return _run("train", run, argv, sweep=sweep_train)
 
 
 def evaluate(argv: list[str] | None = None) -> int:
@@ -443,7 +447,7 @@ def average(argv: list[str] | None = None) -> int:
 
 
 def main_train() -> None:
-    sys.exit(train())
+    sys.exit(train(started=nmt.IMPORTED))  # the budget includes Python's and torch's start
 
 
 def main_evaluate() -> None:

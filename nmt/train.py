@@ -475,7 +475,7 @@ class Trainer:
     def validate_and_save(self) -> str:
         """Rank 0 validates; every rank takes its metrics (the LR schedule and early stopping must
         agree everywhere); rank 0 checkpoints. Returns a line for the console."""
-        metrics, began = None, time.monotonic()
+        metrics, began = None, time.monotonic()  # valid_seconds: validation and saving
         if self.where.main:
             metrics = validate(
                 self.model, self.data.valid, self.data.valid_references, self.data.vocabs,
@@ -484,7 +484,6 @@ class Trainer:
             if self.cfg.train.valid_heatmaps:
                 self._save_alignments()
         metrics = broadcast(metrics, self.where)
-        self.valid_seconds = time.monotonic() - began
         metric = self.cfg.train.metric
         improved = _better(metric, metrics[metric.value], self.progress.best)
         if improved:
@@ -496,6 +495,7 @@ class Trainer:
         self.save(metrics, improved)
         self.saved_step = self.progress.step
         barrier(self.where)  # nobody trains on while rank 0 is still writing
+        self.valid_seconds = time.monotonic() - began
         shown = "  ".join(f"{k} {v:.2f}" for k, v in metrics.items())
         return f"step {self.progress.step}: valid {shown}{'  (best)' if improved else ''}"
 
@@ -675,10 +675,11 @@ class Window:
         return f"loss {entry['loss']:.3f} lr {entry['lr']:.2e} {entry['tokens_per_s']:.0f} tok/s"
 
 
-def train_main(cfg: TrainRunConfig) -> Path:
+def train_main(cfg: TrainRunConfig, started: float | None = None) -> Path:
     """Train as configured, on one process or as one rank under torchrun; returns the path of
-    the best checkpoint."""
-    started = time.monotonic()  # train.max_minutes counts the tokenizer and data preparation too
+    the best checkpoint. train.max_minutes counts from `started` (time.monotonic(); default now),
+    so the tokenizer and data preparation are inside the budget."""
+    started = time.monotonic() if started is None else started
     where = from_environment()
     device = resolve_device(cfg.device, where.local_rank if where.active else None)
     check_precision(device, cfg.train.precision)
