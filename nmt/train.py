@@ -280,7 +280,8 @@ class Trainer:
         self.norms: list[float] = []  # gradient norms of the updates since the last log line
         self.say = _print_err if where.main else _silent
         self.started = time.monotonic() if started is None else started  # for train.max_minutes
-        self.valid_seconds = 0.0  # how long the last validation took
+        self.valid_seconds = 0.0  # how long the last validation (and its checkpoint) took
+        self.trained = (0, 0.0)  # target tokens and seconds of training in this command
         # seconds of the time budget spent, one validation ahead, agreed by all ranks (_must_stop)
         self.spent_seconds = 0.0
 
@@ -532,7 +533,11 @@ class Trainer:
                 while progress.position < len(batches) and progress.step < cfg.max_steps:
                     group = batches[progress.position : progress.position + per_update]
                     progress.position += len(group)
-                    window.add(*self.update(group))
+                    began = time.monotonic()
+                    sums, tokens = self.update(group)
+                    window.add(sums, tokens)
+                    done, seconds = self.trained
+                    self.trained = (done + tokens, seconds + time.monotonic() - began)
                     bar.update(1)
                     if progress.step % cfg.log_every == 0:
                         entry = window.flush(self.optimizer.param_groups[0]["lr"], where)
@@ -587,11 +592,20 @@ class Trainer:
         budget = self.cfg.train.max_minutes * 60
         return max(steps, self.spent_seconds / budget) if budget else steps
 
+    def _validation_estimate(self) -> float:
+        """Seconds the closing validation will take: the last one's, or before the first, the
+        validation targets at the training speed so far (measured: greedy validation of Multi30k
+        took 4.9 s, its 15k target tokens at 3,300 tokens/s are 4.5 s)."""
+        if self.valid_seconds or not self.trained[0]:
+            return self.valid_seconds
+        tokens = sum(len(t) + 1 for t in self.data.valid.tgt)
+        return tokens * self.trained[1] / self.trained[0]
+
     def _must_stop(self, stop: StopRequest) -> tuple[bool, bool]:
         """(a stop signal came, the time budget is spent), agreed by all ranks: every rank must
         stop after the same update, and use the same learning rate. The budget keeps room for
         one more validation, timed on the last one, so that the run ends within it."""
-        spent = time.monotonic() - self.started + self.valid_seconds
+        spent = time.monotonic() - self.started + self._validation_estimate()
         signalled = stop.signal is not None
         if self.where.active:
             flags = torch.tensor([float(signalled), spent], device=self.device)

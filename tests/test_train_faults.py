@@ -284,9 +284,14 @@ def test_a_collapsed_fp16_loss_scale_stops_the_run(trainer):
 # --- a time budget ------------------------------------------------------------------------------
 
 
-def test_a_time_budget_ends_the_run_validated_and_saved_within_it(tmp_path, demo_dir, capsys):
+@pytest.mark.parametrize("valid_every", [20, 100000], ids=["validating", "first-validation"])
+def test_a_time_budget_ends_the_run_validated_and_saved_within_it(
+    tmp_path, demo_dir, capsys, valid_every
+):
+    """Also when the closing validation is the first one: its time is estimated from the
+    training speed, not taken as zero."""
     run = tmp_path / "run"
-    extra = ["train.max_minutes=0.1", "train.max_steps=100000", "train.valid_every=20"]
+    extra = ["train.max_minutes=0.1", "train.max_steps=100000", f"train.valid_every={valid_every}"]
     began = time.monotonic()
     assert cli.train(args(run, demo_dir, *extra)) == 0
     elapsed = time.monotonic() - began
@@ -318,3 +323,14 @@ def test_a_linear_decay_ends_at_min_lr_and_resume_keeps_the_budget(tmp_path, dem
     capsys.readouterr()
     assert cli.train(args(run, demo_dir, *extra, "train.resume=true")) == 0
     assert f"time budget of 0.1 min reached after step {step + 1}" in capsys.readouterr().err
+
+
+def test_the_first_validation_is_estimated_from_the_training_speed(trainer):
+    """Before any validation the budget reserves the validation targets' time at the training
+    speed, so a run whose only validation closes it still ends within its minutes."""
+    assert trainer._validation_estimate() == 0.0  # nothing trained yet, nothing to go on
+    trainer.trained = (1000, 2.0)  # 500 target tokens per second
+    tokens = sum(len(t) + 1 for t in trainer.data.valid.tgt)
+    assert trainer._validation_estimate() == pytest.approx(tokens / 500)
+    trainer.valid_seconds = 3.5  # once measured, the last validation's time is used
+    assert trainer._validation_estimate() == 3.5
