@@ -302,6 +302,7 @@ class Trainer:
         self.scaler.load_state_dict(payload["scaler"])
         self.progress = Progress(**payload["progress"])
         self.started -= self.progress.seconds  # max_minutes counts the whole run, not this command
+        self.spent_seconds = self.progress.seconds  # the first update's LR, before _must_stop runs
         self.saved_step = self.progress.step
         ranks = payload.get("rng_ranks") or [payload["rng"]]
         _set_rng_state(ranks[self.where.rank])
