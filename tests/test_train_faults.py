@@ -319,12 +319,13 @@ def test_a_linear_decay_ends_at_min_lr_and_resume_keeps_the_budget(tmp_path, dem
     step = last_step(run)
     seconds = load_checkpoint(run / "checkpoints" / "last").payload["progress"]["seconds"]
     assert 4 < seconds < 9, seconds
-    # resumed, the run has already spent its budget: one more update at the floor, saved, done
+    # resumed, the run has already spent its budget: one more update near the floor (not at
+    # the 0.01 peak a schedule that forgot the stored minutes would give), saved, done
     capsys.readouterr()
     assert cli.train(args(run, demo_dir, *extra, "train.resume=true")) == 0
     assert f"time budget of 0.1 min reached after step {step + 1}" in capsys.readouterr().err
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert rows[-2]["split"] == "train" and rows[-2]["lr"] == pytest.approx(0.0001)
+    assert rows[-2]["split"] == "train" and rows[-2]["lr"] < 0.002, rows[-2]
 
 
 def test_the_first_validation_is_estimated_from_the_training_speed(trainer):
