@@ -1,5 +1,6 @@
 """Shared fixtures: a small demo corpus and tiny trained runs, made once per session."""
 
+import signal
 from pathlib import Path
 
 import pytest
@@ -47,3 +48,10 @@ def train_small(tmp_path_factory, demo_dir):
         return trained[key]
 
     return train
+
+
+def default_sigint() -> None:
+    """Popen(preexec_fn=...): give the child the default Ctrl-C. A test run started in the
+    background of a non-interactive shell (`make test &`) ignores SIGINT, children inherit the
+    ignore, and Python then never installs its KeyboardInterrupt handler."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -23,6 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
+from conftest import default_sigint
 from starlette.testclient import TestClient
 
 from nmt import cli, serve
@@ -476,6 +477,7 @@ def test_nmt_serve_prints_its_real_port_and_stops_on_ctrl_c(ckpt):
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        preexec_fn=default_sigint,  # the test sends it Ctrl-C
     )
     try:
         line = server.stdout.readline()

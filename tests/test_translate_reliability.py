@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import default_sigint
 
 from nmt import cli
 from nmt.config import DecodeConfig, TranslateRunConfig
@@ -211,6 +212,7 @@ def start_translate(ckpt: Path) -> tuple[subprocess.Popen, queue.Queue]:
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        preexec_fn=default_sigint,  # the test sends it Ctrl-C
     )
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()
