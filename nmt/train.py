@@ -282,6 +282,7 @@ class Trainer:
         self.started = time.monotonic() if started is None else started  # for train.max_minutes
         self.valid_seconds = 0.0  # how long the last validation (and its checkpoint) took
         self.trained = (0, 0.0)  # target tokens and seconds of training in this command
+        self.valid_tokens = sum(len(t) + 1 for t in data.valid.tgt)  # for _validation_estimate
         # seconds of the time budget spent, one validation ahead, agreed by all ranks (_must_stop)
         self.spent_seconds = 0.0
 
@@ -599,8 +600,7 @@ class Trainer:
         took 4.9 s, its 15k target tokens at 3,300 tokens/s are 4.5 s)."""
         if self.valid_seconds or not self.trained[0]:
             return self.valid_seconds
-        tokens = sum(len(t) + 1 for t in self.data.valid.tgt)
-        return tokens * self.trained[1] / self.trained[0]
+        return self.valid_tokens * self.trained[1] / self.trained[0]
 
     def _must_stop(self, stop: StopRequest) -> tuple[bool, bool]:
         """(a stop signal came, the time budget is spent), agreed by all ranks: every rank must
