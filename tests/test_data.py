@@ -333,7 +333,7 @@ def test_token_batches_without_generator_is_sorted_and_deterministic():
     batches = token_batches(src, tgt, 400)
     assert batches == token_batches(src, tgt, 400)
     flat = [i for b in batches for i in b]
-    assert flat == sorted(range(200), key=lambda i: (src[i], tgt[i]))
+    assert flat == sorted(range(200), key=lambda i: (tgt[i], src[i]))
     # Greedy packing: a batch stops only when the next example would break the budget.
     for batch, following in zip(batches, batches[1:]):
         assert _cost(batch + following[:1], src, tgt) > 400
@@ -344,9 +344,9 @@ def test_token_batches_with_generator_buckets_and_shuffles():
     sorted_batches = token_batches(src, tgt, 400)
     shuffled = token_batches(src, tgt, 400, torch.Generator().manual_seed(3))
     assert shuffled != sorted_batches
-    # Still length-bucketed: inside a batch the examples are in length order.
+    # Still length-bucketed: inside a batch the examples are in (target, source) length order.
     for batch in shuffled:
-        keys = [(src[i], tgt[i]) for i in batch]
+        keys = [(tgt[i], src[i]) for i in batch]
         assert keys == sorted(keys)
 
 
