@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
@@ -63,6 +62,7 @@ from nmt.distributed import (
 )
 from nmt.errors import NMTError
 from nmt.evaluate import bleu
+from nmt.loss import smoothed_cross_entropy
 from nmt.models import build_model
 from nmt.models.seq2seq import Seq2Seq
 from nmt.preemption import StopRequest
@@ -118,19 +118,11 @@ def _reset_run_dir(cfg: TrainRunConfig, root: Path) -> None:
 
 
 def _loss(model: Seq2Seq, batch, smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Summed training loss (label-smoothed) and summed NLL (for perplexity) of one batch.
-
-    This is F.cross_entropy(label_smoothing=eps) written out, loss = (1 - eps) * nll + eps *
-    mean_v(-log p_v), so that the NLL comes from the same log-softmax: a second cross_entropy
-    for it costs another pass over the (B*T, V) logits, a fifth of an update on the CPU."""
+    """Summed training loss (label-smoothed) and summed NLL (for perplexity) of one batch, both
+    from one log-softmax (nmt/loss.py)."""
     logits, _ = model(batch.src, batch.src_lens, batch.tgt_in)  # (B, T, V)
-    target = batch.tgt_out.reshape(-1)
-    log_probs = logits.float().view(target.size(0), -1).log_softmax(-1)  # (B*T, V)
-    nll = F.nll_loss(log_probs, target, ignore_index=PAD, reduction="sum")
-    if not smoothing:
-        return nll, nll.detach()
-    uniform = -(log_probs.sum(-1) * (target != PAD)).sum() / log_probs.size(-1)
-    return (1 - smoothing) * nll + smoothing * uniform, nll.detach()
+    target = batch.tgt_out.reshape(-1)  # (B*T,)
+    return smoothed_cross_entropy(logits.reshape(target.size(0), -1), target, smoothing, PAD)
 
 
 @torch.inference_mode()
