@@ -26,7 +26,9 @@ def test_loss_nll_and_gradient_equal_f_cross_entropy(smoothing):
     ours = logits.grad.clone()
 
     logits.grad = None
-    ref = F.cross_entropy(logits, target, ignore_index=PAD, label_smoothing=smoothing, reduction="sum")
+    ref = F.cross_entropy(
+        logits, target, ignore_index=PAD, label_smoothing=smoothing, reduction="sum"
+    )
     (ref * scale).backward()
     ref_nll = F.cross_entropy(logits, target, ignore_index=PAD, reduction="sum")
 
@@ -49,6 +51,8 @@ def test_gradient_comes_back_in_the_logits_dtype():
     loss, _ = smoothed_cross_entropy(low, target, 0.1, PAD)
     loss.backward()
     assert low.grad.dtype == torch.bfloat16
-    ref = F.cross_entropy(logits.float(), target, ignore_index=PAD, label_smoothing=0.1, reduction="sum")
+    ref = F.cross_entropy(
+        logits.float(), target, ignore_index=PAD, label_smoothing=0.1, reduction="sum"
+    )
     assert loss.dtype == torch.float32  # the softmax runs in float32 whatever the logits are
     assert loss.item() == pytest.approx(ref.item(), rel=1e-2)
