@@ -135,7 +135,13 @@ def build_spec(ckpt: Checkpoint):
         _self_attention(layer.self_attention, w, "self_attention.", "sub_self.norm.")
         _cross_attention(layer.attention, w)
         _feed_forward(layer.ffn, w)
-    _linear(decoder.projection, _scope(weights, "decoder.out."))
+    # the target's rows: a table shared with the source holds them first (prune_vocabs), and a
+    # tied projection is that table (TiedProjection keeps only the bias)
+    rows = len(ckpt.vocabs.tgt)
+    decoder.embeddings.weight = decoder.embeddings.weight[:rows]
+    projection = _scope(weights, "decoder.out.")
+    projection.setdefault("weight", weights["decoder.embed.table.weight"])
+    _linear(decoder.projection, {k: v[:rows] for k, v in projection.items()})
 
     spec = transformer_spec.TransformerSpec(encoder, decoder)
     spec.config.layer_norm_epsilon = LAYER_NORM_EPS

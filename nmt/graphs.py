@@ -174,7 +174,7 @@ class TransformerStepGraph(nn.Module):
             keys.append(k)
             values.append(v)
             maps.append(w.squeeze(2))  # (B, h, S)
-        logits = self.decoder.out(self.decoder.norm(x)).squeeze(1)
+        logits = self.decoder.project(self.decoder.norm(x)).squeeze(1)
         log_probs = torch.log_softmax(logits.float(), dim=-1)
         return log_probs, torch.stack(maps, 1), torch.stack(keys), torch.stack(values)
 

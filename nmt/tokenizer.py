@@ -28,7 +28,7 @@ KEPT_FILES = {"src": "pieces.src.tsv", "tgt": "pieces.tgt.tsv"}
 class Vocab:
     """One sentencepiece model: raw text <-> ids.
 
-    With `kept` (sentencepiece ids, ascending, the specials first), the vocabulary is pruned to
+    With `kept` (distinct sentencepiece ids, the specials first), the vocabulary is pruned to
     those pieces: id i is the piece `kept[i]`, and a piece outside the list encodes as UNK. A
     target side pruned to the pieces of its training text makes the output layer, the costliest
     layer of training and decoding, as small as the data allows (Multi30k's English uses 3,849
@@ -104,8 +104,14 @@ class Vocabs:
 
     @property
     def joint(self) -> bool:
-        """One id space for both sides (what shared embeddings need)."""
-        return self.src.path == self.tgt.path and self.src.kept == self.tgt.kept
+        """One id space for both sides (what shared embeddings need): one sentencepiece model,
+        and the target's ids the same pieces as the first len(tgt) source ids (`prune_vocabs`
+        puts the target's pieces first)."""
+        if self.src.path != self.tgt.path:
+            return False
+        if self.src.kept is None or self.tgt.kept is None:
+            return self.src.kept == self.tgt.kept
+        return self.src.kept[: len(self.tgt.kept)] == self.tgt.kept
 
     def files(self) -> list[Path]:
         return sorted(set(self.src.files()) | set(self.tgt.files()))
@@ -116,7 +122,7 @@ def _read_kept(path: Path, size: int) -> list[int]:
         kept = [int(line.split("\t", 1)[0]) for line in path.read_text("utf-8").splitlines()]
     except (OSError, ValueError) as err:
         raise NMTError(f"cannot read the pruned vocabulary {path}: {err}") from err
-    if kept[: EOS + 1] != [PAD, UNK, BOS, EOS] or kept != sorted(set(kept)) or kept[-1] >= size:
+    if kept[: EOS + 1] != [PAD, UNK, BOS, EOS] or len(set(kept)) != len(kept) or max(kept) >= size:
         raise NMTError(f"{path} is not a pruned vocabulary written by nmt")
     return kept
 
@@ -125,19 +131,23 @@ def prune_vocabs(
     vocabs: Vocabs, src_lines: list[str], tgt_lines: list[str], out_dir: Path, shared: bool
 ) -> Vocabs:
     """Prune the target side to the pieces its training text uses (the output layer never has to
-    score a piece it was never shown). `shared` (one embedding table for both sides) prunes both
-    sides to the union, so that the ids stay one space. Writes KEPT_FILES into `out_dir`."""
-    seen = set(range(EOS + 1))  # the specials keep their ids
+    score a piece it was never shown). `shared` (one embedding table for both sides) keeps the
+    union on the source side, ordered so that the target's pieces come first: the target ids are
+    then the first ids of the source's, one id space, and a tied output layer scores only the
+    first len(tgt) rows of the table. Writes KEPT_FILES into `out_dir`."""
+    specials = list(range(EOS + 1))  # the specials keep their ids
+    target = set(specials)
     for line in vocabs.tgt.sp.Encode(tgt_lines, out_type=int):
-        seen.update(line)
+        target.update(line)
+    kept = {"tgt": specials + sorted(target - set(specials))}
     if shared:
+        source = set()
         for line in vocabs.src.sp.Encode(src_lines, out_type=int):
-            seen.update(line)
-    kept = sorted(seen)
-    sides = ("src", "tgt") if shared else ("tgt",)
-    for side in sides:
+            source.update(line)
+        kept["src"] = kept["tgt"] + sorted(source - target)
+    for side, ids in kept.items():
         sp = getattr(vocabs, side).sp
-        lines = (f"{i}\t{sp.IdToPiece(i)}\n" for i in kept)
+        lines = (f"{i}\t{sp.IdToPiece(i)}\n" for i in ids)
         (out_dir / KEPT_FILES[side]).write_text("".join(lines), "utf-8")
     return load_vocabs(out_dir)
 

@@ -235,13 +235,31 @@ def test_pruned_target_keeps_exactly_the_pieces_of_its_training_text(tmp_path, j
     assert load_vocabs(tmp_path).tgt.kept is None
 
 
-def test_shared_embeddings_prune_both_sides_to_one_id_space(tmp_path):
+def test_shared_embeddings_prune_to_one_id_space_with_the_target_first(tmp_path):
     full = train_vocabs(SRC, TGT, tmp_path, _cfg(True, PieceModel.unigram))
     vocabs = prune_vocabs(full, SRC, TGT, tmp_path, shared=True)
-    assert vocabs.joint and vocabs.src.kept == vocabs.tgt.kept
-    used = {i for row in full.src.encode(SRC) + full.tgt.encode(TGT) for i in row}
-    assert len(vocabs.src) == len(used | {PAD, UNK, BOS, EOS}) < len(full.src)
-    assert vocabs.src.encode(TGT[:5]) == vocabs.tgt.encode(TGT[:5])
+    specials = {PAD, UNK, BOS, EOS}
+    used_src = {i for row in full.src.encode(SRC) for i in row}
+    used_tgt = {i for row in full.tgt.encode(TGT) for i in row}
+    assert used_src - used_tgt, "the test needs source-only pieces"
+    # the source keeps the union; the target its own pieces, which are the first source ids
+    assert len(vocabs.src) == len(used_src | used_tgt | specials) < len(full.src)
+    assert len(vocabs.tgt) == len(used_tgt | specials) < len(vocabs.src)
+    assert vocabs.src.kept[: len(vocabs.tgt)] == vocabs.tgt.kept and vocabs.joint
+    # a target sentence has the same ids on both sides, all of them inside the target's range
+    ids = vocabs.src.encode(TGT[:5])
+    assert ids == vocabs.tgt.encode(TGT[:5])
+    assert max(i for row in ids for i in row) < len(vocabs.tgt)
+    assert vocabs.tgt.decode(ids) == TGT[:5]
+    # reloaded from the files, the same vocabularies
+    again = load_vocabs(tmp_path)
+    assert again.joint and (again.src.kept, again.tgt.kept) == (vocabs.src.kept, vocabs.tgt.kept)
+
+
+def test_separate_models_are_not_one_id_space(tmp_path):
+    full = train_vocabs(SRC, TGT, tmp_path, _cfg(False, PieceModel.unigram))
+    assert not full.joint
+    assert not prune_vocabs(full, SRC, TGT, tmp_path, shared=False).joint
 
 
 def test_a_damaged_pruned_list_is_refused(tmp_path):

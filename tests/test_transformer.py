@@ -132,10 +132,12 @@ def test_positions_work_past_every_table():
 def test_shared_embeddings_and_tied_output():
     model = tiny()
     assert model.encoder.embed.table is model.decoder.embed.table
-    assert model.decoder.out.weight is model.decoder.embed.table.weight
+    assert "decoder.out.weight" not in model.state_dict()  # the tied weight is the table
     separate = build_model(TransformerConfig(d_model=16, heads=4, share_embeddings=False), V, 31)
     assert separate.encoder.embed.table.weight.shape == (V, 16)
-    assert separate.decoder.out.weight.shape == (31, 16)
+    assert separate.decoder.embed.table.weight.shape == (31, 16)
+    untied = TransformerConfig(d_model=16, heads=4, share_embeddings=False, tie_output=False)
+    assert build_model(untied, V, 31).decoder.out.weight.shape == (31, 16)
     with pytest.raises(NMTError, match="joint vocabulary"):
         build_model(TransformerConfig(d_model=16, heads=4), V, V, shared_vocab=False)
 
@@ -195,3 +197,30 @@ def test_transformer_trains_evaluates_and_translates_on_the_demo(tmp_path, demo_
     lines = ["Ich sehe einundzwanzig rote Äpfel.", "", "Er zählt zwölf Katzen."]
     out = translator.translate(lines)
     assert len(out) == 3 and out[1] == "" and out[0] and out[2]
+
+
+def test_a_shared_table_longer_than_the_target_scores_only_its_first_rows():
+    """Shared embeddings over a source vocabulary whose first 17 ids are the target's: the
+    output layer scores those 17, with the table's rows as its weight, and learns through them."""
+    model = build_model(TransformerConfig(d_model=16, heads=4), V, 17, shared_vocab=True)
+    table = model.decoder.embed.table.weight
+    assert table.shape == (V, 16) and model.encoder.embed.table.weight is table
+    batch = batch_of(2, [6, 5, 4])
+    tgt_in = batch.tgt_in.clamp(max=16)
+    logits, _ = model(batch.src, batch.src_lens, tgt_in)
+    assert logits.shape[-1] == 17
+    x = torch.randn(3, 16)
+    expected = x @ table[:17].T + model.decoder.out.bias
+    torch.testing.assert_close(model.decoder.project(x), expected)
+    logits.sum().backward()
+    assert table.grad[:17].abs().sum() > 0
+
+
+def test_a_checkpoint_that_stored_the_tied_weight_twice_still_loads():
+    """Before TiedProjection, the tied output weight was saved as decoder.out.weight too."""
+    model = tiny()
+    state = model.state_dict()
+    state["decoder.out.weight"] = state["decoder.embed.table.weight"].clone()
+    fresh = tiny()
+    fresh.load_state_dict(state)  # strict: an unexpected key would raise
+    torch.testing.assert_close(fresh.decoder.embed.table.weight, model.decoder.embed.table.weight)

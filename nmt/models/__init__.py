@@ -12,7 +12,8 @@ from nmt.models.transformer import build_transformer
 def build_model(
     cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, shared_vocab: bool = False
 ) -> Seq2Seq:
-    """`shared_vocab`: source and target use one sentencepiece model (so tables may be shared)."""
+    """`shared_vocab`: one id space, the target's ids the first of the source's (`Vocabs.joint`),
+    so that one embedding table may serve both sides."""
     match cfg:
         case RNNConfig():
             return Seq2Seq(RNNEncoder(cfg, src_vocab_size), build_rnn_decoder(cfg, tgt_vocab_size))

@@ -280,15 +280,40 @@ class DecoderLayer(nn.Module):
         return x, written, weights
 
 
+class TiedProjection(nn.Module):
+    """The output layer tied to an embedding table: logits (.., V) = x E[:V]ᵀ + b. The table may
+    be longer than V: a table shared with the source holds the target's pieces first
+    (nmt/tokenizer.py prune_vocabs), and only those are scored."""
+
+    def __init__(self, vocab_size: int) -> None:
+        super().__init__()
+        self.bias = nn.Parameter(torch.zeros(vocab_size))
+
+    def forward(self, x: Tensor, table: Tensor) -> Tensor:
+        return F.linear(x, table[: self.bias.size(0)], self.bias)
+
+
 class TransformerDecoder(nn.Module):
     def __init__(self, cfg: TransformerConfig, table: nn.Embedding, vocab_size: int) -> None:
         super().__init__()
         self.embed = Embedding(cfg, table)
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
         self.norm = nn.LayerNorm(cfg.d_model) if cfg.norm == Norm.pre else nn.Identity()
-        self.out = nn.Linear(cfg.d_model, vocab_size)
-        if cfg.tie_output:
-            self.out.weight = table.weight
+        self.out: nn.Module = (
+            TiedProjection(vocab_size) if cfg.tie_output else nn.Linear(cfg.d_model, vocab_size)
+        )
+
+    def project(self, x: Tensor) -> Tensor:
+        """(.., d) -> logits (.., V) over the target vocabulary."""
+        if isinstance(self.out, TiedProjection):
+            return self.out(x, self.embed.table.weight)
+        return self.out(x)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        # checkpoints written before TiedProjection also hold the tied table as out.weight
+        if isinstance(self.out, TiedProjection):
+            state_dict.pop(prefix + "out.weight", None)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def init_state(self, encoded: EncoderOutput) -> TransformerState:
         cross = [layer.cross_attention.project_kv(encoded.memory) for layer in self.layers]
@@ -313,7 +338,7 @@ class TransformerDecoder(nn.Module):
             keys.append(k)
             values.append(v)
             maps.append(w)
-        logits = self.out(self.norm(x)).squeeze(1)
+        logits = self.project(self.norm(x)).squeeze(1)
         new = TransformerState(
             keys, values, state.cross_keys, state.cross_values, state.src_mask, state.position + 1
         )
@@ -327,7 +352,7 @@ class TransformerDecoder(nn.Module):
             x, _, _ = layer(
                 x, None, (state.cross_keys[i], state.cross_values[i]), state.src_mask, False
             )
-        return self.out(self.norm(x)), None
+        return self.project(self.norm(x)), None
 
 
 def _init(module: nn.Module, d_model: int) -> None:
@@ -348,16 +373,17 @@ def _init(module: nn.Module, d_model: int) -> None:
 def build_transformer(
     cfg: TransformerConfig, src_vocab_size: int, tgt_vocab_size: int, shared_vocab: bool
 ) -> tuple[TransformerEncoder, TransformerDecoder]:
-    tgt_table = nn.Embedding(tgt_vocab_size, cfg.d_model, padding_idx=PAD)
     if cfg.share_embeddings:
         if not shared_vocab:
             raise NMTError(
                 "model.share_embeddings=true needs a joint vocabulary "
                 "(data.tokenizer.joint=true); or set model.share_embeddings=false"
             )
-        src_table = tgt_table
+        # one table over the source's ids, whose first tgt_vocab_size are the target's
+        src_table = tgt_table = nn.Embedding(src_vocab_size, cfg.d_model, padding_idx=PAD)
     else:
         src_table = nn.Embedding(src_vocab_size, cfg.d_model, padding_idx=PAD)
+        tgt_table = nn.Embedding(tgt_vocab_size, cfg.d_model, padding_idx=PAD)
     encoder = TransformerEncoder(cfg, src_table)
     decoder = TransformerDecoder(cfg, tgt_table, tgt_vocab_size)
     # a shared table is initialised once per owner, the same way each time
