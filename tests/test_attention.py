@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from nmt.config import AttentionType
-from nmt.models.attention import Additive, build_attention
+from nmt.models.attention import build_attention
 
 SCORERS = [t for t in AttentionType if t != AttentionType.none]
 
@@ -68,20 +68,15 @@ def test_additive_and_concat_are_the_same_function_family():
     )
 
 
-def test_additive_key_projection_runs_once_per_batch(monkeypatch):
+def test_additive_key_projection_runs_once_per_batch():
     """Decoding many steps must not re-project the keys: W_k k is computed once per batch."""
     from nmt.config import RNNConfig
     from nmt.models import build_model
 
     calls = {"n": 0}
-    original = Additive.project_keys
-
-    def counting(self, memory):
-        calls["n"] += 1
-        return original(self, memory)
-
-    monkeypatch.setattr(Additive, "project_keys", counting)
     model = build_model(RNNConfig(emb_size=8, hidden_size=8, attention="additive"), 20, 20).eval()
+    key_proj = model.decoder.attention.scorer.key_proj
+    key_proj.register_forward_hook(lambda *_: calls.update(n=calls["n"] + 1))
     src = torch.randint(4, 20, (2, 5))
     state = model.init_state(model.encode(src, torch.tensor([5, 5])))
     prev = torch.full((2,), 2)

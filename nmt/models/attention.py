@@ -82,8 +82,16 @@ class General(Dot):
         return Prepared(self.key_proj(memory), memory.unsqueeze(1))
 
 
+def additive_energies(query: Tensor, keys: Tensor, v: nn.Linear) -> Tensor:
+    """vᵀ tanh(q' + k'_j) for projected queries q' (B, T, A) and keys k' (B, S, A) -> (B, 1, T, S).
+    The form both additive (Bahdanau) and concat (Luong) scoring reduce to."""
+    hidden = torch.tanh(query.unsqueeze(2) + keys.unsqueeze(1))  # (B, T, S, A)
+    return v(hidden).squeeze(-1).unsqueeze(1)
+
+
 class Additive(Scorer):
-    """e = vᵀ tanh(W_q q + W_k k) (Bahdanau); W_k k is computed once per batch."""
+    """e = vᵀ tanh(W_q q + W_k k) (Bahdanau et al. 2015, eq. 6 / appendix A.1.2); W_k k is computed
+    once per batch."""
 
     def __init__(self, query_size: int, key_size: int, attention_size: int) -> None:
         super().__init__()
@@ -91,23 +99,15 @@ class Additive(Scorer):
         self.key_proj = nn.Linear(key_size, attention_size)
         self.v = nn.Linear(attention_size, 1, bias=False)
 
-    def project_keys(self, memory: Tensor) -> Tensor:
-        return self.key_proj(memory)
-
-    def project_query(self, query: Tensor) -> Tensor:
-        return self.query_proj(query)
-
     def prepare(self, memory: Tensor) -> Prepared:
-        return Prepared(self.project_keys(memory), memory.unsqueeze(1))
+        return Prepared(self.key_proj(memory), memory.unsqueeze(1))
 
     def energies(self, query: Tensor, keys: Tensor) -> Tensor:
-        # (B, T, 1, A) + (B, 1, S, A) -> (B, T, S, A) -> (B, T, S)
-        hidden = torch.tanh(self.project_query(query).unsqueeze(2) + keys.unsqueeze(1))
-        return self.v(hidden).squeeze(-1).unsqueeze(1)
+        return additive_energies(self.query_proj(query), keys, self.v)
 
 
-class Concat(Additive):
-    """e = vᵀ tanh(W [q; k]) (Luong concat).
+class Concat(Scorer):
+    """e = vᵀ tanh(W [q; k]) (Luong et al. 2015, eq. 8, concat).
 
     As a function this equals the additive form with W = [W_q W_k]; it is parameterised as the
     paper writes it (one W over the concatenation, one bias) and split at use so that the key half
@@ -115,16 +115,18 @@ class Concat(Additive):
     """
 
     def __init__(self, query_size: int, key_size: int, attention_size: int) -> None:
-        nn.Module.__init__(self)
+        super().__init__()
         self.query_size = query_size
         self.proj = nn.Linear(query_size + key_size, attention_size)
         self.v = nn.Linear(attention_size, 1, bias=False)
 
-    def project_keys(self, memory: Tensor) -> Tensor:
-        return F.linear(memory, self.proj.weight[:, self.query_size :], self.proj.bias)
+    def prepare(self, memory: Tensor) -> Prepared:
+        keys = F.linear(memory, self.proj.weight[:, self.query_size :], self.proj.bias)
+        return Prepared(keys, memory.unsqueeze(1))
 
-    def project_query(self, query: Tensor) -> Tensor:
-        return F.linear(query, self.proj.weight[:, : self.query_size])
+    def energies(self, query: Tensor, keys: Tensor) -> Tensor:
+        query = F.linear(query, self.proj.weight[:, : self.query_size])
+        return additive_energies(query, keys, self.v)
 
 
 class MultiHead(Scorer):
