@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
@@ -39,81 +38,6 @@ def _rnn(
         dropout=dropout if layers > 1 else 0.0,
         bidirectional=bidirectional,
     )
-
-
-# One layer's state in a step loop: h (B, H) for a GRU, (h, c) for an LSTM.
-Layer = Tensor | tuple[Tensor, Tensor]
-
-
-def _gru_cell(x_proj: Tensor, h: Tensor, w_hh: Tensor, b_hh: Tensor) -> Tensor:
-    """One GRU step from the input projection x_proj = W_ih x + b_ih (B, 3H), as nn.GRU computes
-    it: r = σ(x_r + h_r), z = σ(x_z + h_z), n = tanh(x_n + r * h_n), h' = (h - n) z + n."""
-    size = w_hh.size(1)  # split by size, not chunk(3): exporters trace shapes symbolically
-    x_r, x_z, x_n = x_proj.split(size, 1)
-    h_r, h_z, h_n = F.linear(h, w_hh, b_hh).split(size, 1)
-    r = torch.sigmoid(x_r + h_r)
-    z = torch.sigmoid(x_z + h_z)
-    n = torch.tanh(x_n + r * h_n)
-    return (h - n) * z + n
-
-
-def _lstm_cell(
-    x_proj: Tensor, state: tuple[Tensor, Tensor], w_hh: Tensor, b_hh: Tensor
-) -> tuple[Tensor, Tensor]:
-    """One LSTM step from x_proj = W_ih x + b_ih (B, 4H), gates in nn.LSTM's order i, f, g, o."""
-    h, c = state
-    i, f, g, o = (x_proj + F.linear(h, w_hh, b_hh)).split(w_hh.size(1), 1)
-    c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-    return torch.sigmoid(o) * torch.tanh(c), c
-
-
-def _unstack(hidden: Hidden) -> list[Layer]:
-    """(L, B, H) (or a pair of them) -> L per-layer states."""
-    if isinstance(hidden, tuple):
-        return list(zip(hidden[0].unbind(0), hidden[1].unbind(0), strict=True))
-    return list(hidden.unbind(0))
-
-
-def _restack(layers: list[Layer]) -> Hidden:
-    if isinstance(layers[0], tuple):
-        return torch.stack([h for h, _ in layers]), torch.stack([c for _, c in layers])
-    return torch.stack(layers)
-
-
-def _output(layer: Layer) -> Tensor:
-    return layer[0] if isinstance(layer, tuple) else layer
-
-
-class StepCells:
-    """The decoder's nn.GRU/nn.LSTM run one step at a time on its own weights, taking the first
-    layer's input projection precomputed. The recurrent decoders' input is [e(y_{t-1}); c_t] or
-    [e(y_{t-1}); h~_{t-1}]: the embedding's share of W_ih x does not depend on the previous step,
-    so it is computed for all T in one product (as nn.GRU itself does for a whole sequence), and
-    each step adds only the other part's. The weights, checkpoints and results are nn.GRU's /
-    nn.LSTM's (tests/test_rnn_cells.py)."""
-
-    def __init__(self, rnn: nn.RNNBase, embedding_size: int) -> None:
-        self.rnn, self.split = rnn, embedding_size
-        self.step_layer = _lstm_cell if isinstance(rnn, nn.LSTM) else _gru_cell
-
-    def project_embeddings(self, emb: Tensor) -> list[Tensor]:
-        """emb (B, T, E) -> T tensors (B, G*H): W_ih[:, :E] e_t + b_ih for each step."""
-        w = self.rnn.weight_ih_l0[:, : self.split]
-        return F.linear(emb, w, self.rnn.bias_ih_l0).transpose(0, 1).contiguous().unbind(0)
-
-    def step(self, emb_proj: Tensor, extra: Tensor, layers: list[Layer]) -> list[Layer]:
-        """emb_proj (B, G*H) from project_embeddings, extra (B, H') the rest of the first layer's
-        input, the per-layer states -> the new per-layer states."""
-        rnn = self.rnn
-        x_proj = emb_proj + F.linear(extra, rnn.weight_ih_l0[:, self.split :])
-        new: list[Layer] = []
-        for i, state in enumerate(layers):
-            if i > 0:  # nn.GRU's dropout between layers, in training only
-                x = F.dropout(_output(new[-1]), rnn.dropout, rnn.training)
-                x_proj = F.linear(x, getattr(rnn, f"weight_ih_l{i}"), getattr(rnn, f"bias_ih_l{i}"))
-            w_hh, b_hh = getattr(rnn, f"weight_hh_l{i}"), getattr(rnn, f"bias_hh_l{i}")
-            new.append(self.step_layer(x_proj, state, w_hh, b_hh))
-        return new
 
 
 class RNNEncoder(nn.Module):
@@ -184,7 +108,6 @@ class RNNDecoder(nn.Module):
         self.embed = nn.Embedding(vocab_size, cfg.emb_size, padding_idx=PAD)
         self.dropout = nn.Dropout(cfg.dropout)
         self.rnn = _rnn(cfg.cell, rnn_input_size, cfg.hidden_size, cfg.decoder_layers, cfg.dropout)
-        self.cells = StepCells(self.rnn, cfg.emb_size)  # the step loops' way to run self.rnn
         size = cfg.attention_size or cfg.hidden_size
         self.attention: Attention | None = build_attention(
             cfg.attention, cfg.hidden_size, cfg.hidden_size, size, cfg.heads
@@ -229,6 +152,12 @@ class RNNDecoder(nn.Module):
         return self.out(outputs), weights
 
 
+def _top(hidden: Hidden) -> Tensor:
+    """The top layer's hidden state as a query (B, 1, H)."""
+    h = hidden[0] if isinstance(hidden, tuple) else hidden
+    return h[-1].unsqueeze(1)
+
+
 def _stack(items: list[Tensor | None]) -> Tensor | None:
     return None if items[0] is None else torch.cat(items, dim=1)
 
@@ -246,20 +175,18 @@ class BahdanauDecoder(RNNDecoder):
         self.pre_output = nn.Linear(2 * cfg.hidden_size + cfg.emb_size, cfg.hidden_size)
 
     def run(self, emb: Tensor, state: RNNState) -> tuple[Tensor, Tensor | None, RNNState]:
-        layers = _unstack(state.hidden)
+        hidden = state.hidden
         states, contexts, weights = [], [], []
-        for emb_proj in self.cells.project_embeddings(emb):  # T x (B, G*H)
-            query = _output(layers[-1]).unsqueeze(1)  # s_{t-1} of the top layer (B, 1, H)
-            context, w = self.attend(query, state)  # (B, 1, H)
-            # [:, 0], not squeeze(1): an exporter that traces the beam grouping symbolically
-            # cannot prove the step axis is 1, and squeeze would leave it in
-            layers = self.cells.step(emb_proj, context[:, 0], layers)
-            states.append(_output(layers[-1]))
+        # unbind, not emb[:, t]: a slice's backward writes a zero tensor of the whole (B, T, E)
+        for emb_t in emb.unbind(1):
+            context, w = self.attend(_top(hidden), state)  # (B, 1, H)
+            out, hidden = self.rnn(torch.cat([emb_t.unsqueeze(1), context], dim=-1), hidden)
+            states.append(out)
             contexts.append(context)
             weights.append(w)
-        s, c = torch.stack(states, dim=1), torch.cat(contexts, dim=1)  # (B, T, H)
+        s, c = torch.cat(states, dim=1), torch.cat(contexts, dim=1)  # (B, T, H)
         outputs = self.dropout(torch.tanh(self.pre_output(torch.cat([s, c, emb], dim=-1))))
-        return outputs, _stack(weights), replace(state, hidden=_restack(layers))
+        return outputs, _stack(weights), replace(state, hidden=hidden)
 
 
 class LuongDecoder(RNNDecoder):
@@ -284,19 +211,18 @@ class LuongDecoder(RNNDecoder):
             h, hidden = self.rnn(emb, state.hidden)  # one call over all T positions
             outputs, weights = self.attentional(h, state)
             return outputs, weights, replace(state, hidden=hidden)
-        layers = _unstack(state.hidden)
+        hidden = state.hidden
         feed = (
             state.feed
             if state.feed is not None
             else emb.new_zeros(emb.size(0), 1, self.hidden_size)
         )
         outputs, weights = [], []
-        for emb_proj in self.cells.project_embeddings(emb):  # T x (B, G*H)
-            layers = self.cells.step(emb_proj, feed[:, 0], layers)  # [:, 0]: see Bahdanau
-            feed, w = self.attentional(_output(layers[-1]).unsqueeze(1), state)  # (B, 1, H)
+        for emb_t in emb.unbind(1):  # unbind: see BahdanauDecoder.run
+            h, hidden = self.rnn(torch.cat([emb_t.unsqueeze(1), feed], dim=-1), hidden)
+            feed, w = self.attentional(h, state)
             outputs.append(feed)
             weights.append(w)
-        hidden = _restack(layers)
         return torch.cat(outputs, dim=1), _stack(weights), replace(state, hidden=hidden, feed=feed)
 
 
