@@ -17,6 +17,8 @@ from pathlib import Path
 
 import sacrebleu
 
+from nmt.data import read_lines
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -25,9 +27,9 @@ def main() -> None:
     parser.add_argument("src", help="source language suffix")
     parser.add_argument("tgt", help="target language suffix")
     args = parser.parse_args()
+    # read and cleaned as nmt-evaluate reads a local split's references
     sources, references = (
-        (args.directory / f"{args.split}.{lang}").read_text("utf-8").splitlines()
-        for lang in (args.src, args.tgt)
+        read_lines(args.directory / f"{args.split}.{lang}") for lang in (args.src, args.tgt)
     )
     by_source: dict[str, list[str]] = defaultdict(list)
     for source, reference in zip(sources, references, strict=True):
