@@ -302,6 +302,9 @@ class DecodeConfig:
     strategy: Strategy = Strategy.greedy
     beam_size: int = 5  # beam only
     n_best: int = 1  # hypotheses kept per sentence (beam: <= beam_size; sample: independent draws)
+    # beam only: a sentence is done once max(n_best, ceil(patience * beam_size)) hypotheses have
+    # ended (Kasai et al. 2022, "A Call for Clarity in Beam Search"); 1 = fairseq's rule
+    patience: float = 1.0
     length_penalty: LengthPenalty = LengthPenalty.none
     alpha: float = 0.6  # gnmt only
     min_len_a: float = 0.0  # EOS is blocked before a * source length + b target pieces
@@ -324,6 +327,8 @@ class DecodeConfig:
     def __post_init__(self) -> None:
         if self.beam_size < 1 or self.n_best < 1 or self.batch_size < 1:
             raise NMTError("decode.beam_size, decode.n_best and decode.batch_size must be >= 1")
+        if not self.patience > 0:
+            raise NMTError(f"decode.patience must be > 0, got {self.patience}")
         if self.max_src_pieces == 1 or self.max_src_pieces < 0:
             raise NMTError("decode.max_src_pieces must be 0 (no cap) or >= 2 (pieces and EOS)")
         if self.strategy == Strategy.beam and self.n_best > self.beam_size:

@@ -250,7 +250,7 @@ def decode_options(
     return {
         "beam_size": cfg.beam_size if beam else 1,
         "num_hypotheses": cfg.n_best if beam else 1,
-        "patience": 1,
+        "patience": cfg.patience,
         "length_penalty": 1.0 if average else (NO_EARLY_EXIT if beam else 0.0),
         "return_end_token": average,
         "max_decoding_length": max_len,

@@ -13,6 +13,7 @@ Shapes: B sentences, K beam size, R live rows, V vocabulary, S source length, M 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -20,6 +21,7 @@ from torch import Tensor
 
 from nmt.config import DecodeConfig, Strategy
 from nmt.data import collate
+from nmt.errors import NMTError
 from nmt.models.seq2seq import Seq2Seq
 from nmt.tokenizer import BOS, EOS
 
@@ -199,27 +201,27 @@ def beam_search(
     """
     batch, device, k = src.size(0), src.device, cfg.beam_size
     max_len, min_len = _limits(cfg, src, src_lens)
-    encoded = model.encode(src, src_lens)
-    state = model.init_state(encoded).reorder(
-        torch.arange(batch, device=device).repeat_interleave(k)
-    )
+    # the first step has one row per sentence (the empty hypothesis); the next ones K rows each
+    state = model.init_state(model.encode(src, src_lens))
     sentence = torch.arange(batch, device=device)  # (N,) original index of each live sentence
-    scores = torch.full((batch, k), NEG_INF, device=device)
-    scores[:, 0] = 0.0  # one live hypothesis at first: the others would only duplicate it
-    history = torch.zeros((batch * k, 0), dtype=torch.long, device=device)  # (R, t)
+    scores = torch.zeros((batch, 1), device=device)  # (N, W): W rows per sentence, 1 then K
+    history = torch.zeros((batch, 0), dtype=torch.long, device=device)  # (R, t)
     maps: Tensor | None = None  # (R, t, L, h, S)
-    prev = torch.full((batch * k,), BOS, dtype=torch.long, device=device)
+    prev = torch.full((batch,), BOS, dtype=torch.long, device=device)
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
     n_finished = torch.zeros(batch, dtype=torch.long, device=device)
+    enough = max(cfg.n_best, math.ceil(cfg.patience * k))  # finished hypotheses that end a sentence
 
     for t in range(int(max_len.max())):
-        live = sentence.size(0)
-        row_min = min_len[sentence].repeat_interleave(k)
+        live, width = scores.shape
+        row_min = min_len[sentence].repeat_interleave(width)
         log_probs, weights, state = _next_log_probs(model, prev, state, t, row_min, cfg, history)
         vocab = log_probs.size(1)
-        total = (scores.view(-1, 1) + log_probs).view(live, k * vocab)
-        top_scores, top = total.topk(min(2 * k, k * vocab), dim=1)  # (N, 2K), best first
-        rows = top // vocab + torch.arange(live, device=device).unsqueeze(1) * k  # (N, 2K)
+        if vocab <= k:  # the K continuations below need K tokens other than EOS
+            raise NMTError(f"decode.beam_size={k} needs a target vocabulary above {k} pieces")
+        total = (scores.view(-1, 1) + log_probs).view(live, width * vocab)
+        top_scores, top = total.topk(min(2 * k, width * vocab), dim=1)  # (N, 2K), best first
+        rows = top // vocab + torch.arange(live, device=device).unsqueeze(1) * width  # (N, 2K)
         tokens = top % vocab
         is_eos = tokens == EOS
         at_limit = t + 1 >= max_len[sentence]  # (N,)
@@ -236,11 +238,11 @@ def beam_search(
                 top_scores[which, rank], history, maps, weights if attention else None, src_lens,
             )  # fmt: skip
 
-        done = at_limit | (n_finished[sentence] >= k)
+        done = at_limit | (n_finished[sentence] >= enough)
         if bool(done.all()):
             break
-        # continue with the K best that did not end in EOS (there are at least K: each beam
-        # contributes at most one EOS to the 2K)
+        # continue with the K best that did not end in EOS (there are at least K: each row
+        # contributes at most one EOS to the candidates, and there are more than K of them)
         order = (is_eos.long() * (2 * k) + torch.arange(top.size(1), device=device)).argsort(1)
         pick = order[:, :k]  # (N, K)
         parent = rows.gather(1, pick)  # (N, K) rows of this step

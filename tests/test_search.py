@@ -8,6 +8,7 @@ import torch
 
 from nmt.config import DecodeConfig, LengthPenalty, RNNConfig, Strategy, TransformerConfig
 from nmt.data import collate
+from nmt.errors import NMTError
 from nmt.models import build_model
 from nmt.models.seq2seq import EncoderOutput
 from nmt.search import beam_search, constrain, decode_all, greedy, sample
@@ -137,6 +138,24 @@ def test_length_limit_keeps_the_best_unfinished_hypotheses():
     assert all(len(h.tokens) == 4 for h in nbest)
     assert nbest[0].tokens == [A] * 4
     assert nbest[0].score == pytest.approx(4 * float(torch.tensor(0.9).log()))
+
+
+def test_patience_sets_how_many_hypotheses_end_a_sentence():
+    # the first hypothesis to end is B EOS (step 2), the better one per token A C EOS (step 3)
+    table = {(): {A: 0.5, B: 0.35, EOS: 0.15}, (A,): {C: 0.6, EOS: 0.4}, (B,): {EOS: 1.0}}
+    options = dict(beam_size=2, length_penalty=LengthPenalty.average)
+    assert toy_decode(table, **options)[0].tokens == [A, C]  # waits for 2 = K endings
+    quick = toy_decode(table, patience=0.5, **options)  # done after ceil(0.5 * 2) = 1 ending
+    assert [h.tokens for h in quick] == [[B]]
+    # never fewer endings than n_best
+    assert len(toy_decode(table, patience=0.1, n_best=2, **options)) == 2
+    with pytest.raises(NMTError, match="patience"):
+        DecodeConfig(patience=0.0)
+
+
+def test_a_beam_as_wide_as_the_vocabulary_is_a_clear_error():
+    with pytest.raises(NMTError, match="beam_size=8 needs a target vocabulary above 8"):
+        toy_decode(TREE, beam_size=8)
 
 
 def _all_prefixes(n: int, tokens: tuple[int, ...]) -> list[tuple[int, ...]]:
