@@ -83,12 +83,13 @@ class General(Dot):
 
 
 def additive_energies(query: Tensor, keys: Tensor, v: nn.Linear) -> Tensor:
-    """vᵀ tanh(q' + k'_j) for projected queries q' (B, T, A) and keys k' (B, S, A) -> (B, 1, T, S).
-    The form both additive (Bahdanau) and concat (Luong) scoring reduce to."""
+    """vᵀ tanh(q' + k'_j) for projected queries q' (B, T, A) and keys given doubled, 2k' (B, S, A),
+    -> (B, 1, T, S). The form both additive (Bahdanau) and concat (Luong) scoring reduce to."""
     # tanh(x) = 2 sigmoid(2x) - 1, because torch's CPU tanh is ~3x slower than its sigmoid, and
     # this is the largest elementwise op of a recurrent decoder step. The doubling goes to the
-    # small (B, T, A) and (B, S, A) operands, the affine map past v: vᵀ(2σ - 1) = 2 vᵀσ - Σv
-    hidden = torch.sigmoid((query + query).unsqueeze(2) + (keys + keys).unsqueeze(1))  # (B,T,S,A)
+    # small operands (the keys once per batch, in `prepare`), the affine map past v:
+    # vᵀ(2σ - 1) = 2 vᵀσ - Σv
+    hidden = torch.sigmoid((query + query).unsqueeze(2) + keys.unsqueeze(1))  # (B, T, S, A)
     return (2 * v(hidden).squeeze(-1) - v.weight.sum()).unsqueeze(1)
 
 
@@ -103,7 +104,8 @@ class Additive(Scorer):
         self.v = nn.Linear(attention_size, 1, bias=False)
 
     def prepare(self, memory: Tensor) -> Prepared:
-        return Prepared(self.key_proj(memory), memory.unsqueeze(1))
+        keys = self.key_proj(memory)
+        return Prepared(keys + keys, memory.unsqueeze(1))  # doubled: see additive_energies
 
     def energies(self, query: Tensor, keys: Tensor) -> Tensor:
         return additive_energies(self.query_proj(query), keys, self.v)
@@ -125,7 +127,7 @@ class Concat(Scorer):
 
     def prepare(self, memory: Tensor) -> Prepared:
         keys = F.linear(memory, self.proj.weight[:, self.query_size :], self.proj.bias)
-        return Prepared(keys, memory.unsqueeze(1))
+        return Prepared(keys + keys, memory.unsqueeze(1))  # doubled: see additive_energies
 
     def energies(self, query: Tensor, keys: Tensor) -> Tensor:
         query = F.linear(query, self.proj.weight[:, : self.query_size])
