@@ -12,6 +12,7 @@ Rank 0 alone validates, logs and writes checkpoints; the others wait for it at a
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +38,11 @@ class Dist:
     @property
     def active(self) -> bool:
         return self.world > 1
+
+    def say(self, line: str) -> None:
+        """A line for the console (stderr), from rank 0 only: one copy, not one per process."""
+        if self.main:
+            print(line, file=sys.stderr)
 
 
 SINGLE = Dist()  # one process, no communication

@@ -20,6 +20,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from nmt.data import Batch
+from nmt.tokenizer import PAD
+
 
 class _SmoothedCrossEntropy(torch.autograd.Function):
     @staticmethod
@@ -63,3 +66,11 @@ def smoothed_cross_entropy(
     ignore_index=pad, label_smoothing=smoothing, reduction="sum") gives; the NLL comes from the
     same log-softmax and carries no gradient."""
     return _SmoothedCrossEntropy.apply(logits, target, smoothing, pad)
+
+
+def batch_loss(model: torch.nn.Module, batch: Batch, smoothing: float) -> tuple[Tensor, Tensor]:
+    """Summed training loss (label-smoothed) and summed NLL of one batch under teacher forcing.
+    `model` is a Seq2Seq or its DistributedDataParallel / torch.compile wrapper."""
+    logits, _ = model(batch.src, batch.src_lens, batch.tgt_in)  # (B, T, V)
+    target = batch.tgt_out.reshape(-1)  # (B*T,)
+    return smoothed_cross_entropy(logits.reshape(target.size(0), -1), target, smoothing, PAD)

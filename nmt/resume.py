@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import torch
+
 from nmt.checkpoint import Checkpoint, load_checkpoint
 from nmt.config import TrainRunConfig, flatten
 from nmt.errors import NMTError
@@ -76,3 +78,19 @@ def load_init(cfg: TrainRunConfig, say: Callable[[str], None]) -> Checkpoint:
         "early stopping start afresh"
     )
     return init
+
+
+def rng_state() -> dict:
+    """This process's random streams (dropout, sampling), for a checkpoint: resuming them makes
+    the continued run draw what the uninterrupted one would have."""
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_state(state: dict) -> None:
+    """Restore `rng_state()`; a checkpoint written without CUDA leaves the CUDA streams alone."""
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])

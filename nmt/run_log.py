@@ -1,5 +1,6 @@
 """The metrics log of a run: every row goes to `metrics.jsonl` and, with `train.tensorboard`, to
 TensorBoard event files in the run directory (`tensorboard --logdir runs` shows every run by name).
+`Window` gathers the training statistics of one log row.
 
 `metrics.jsonl` is the record the project reads back (nmt-plot, sweeps, tests); the event files
 are a view of the same rows, written with PyTorch's own `torch.utils.tensorboard` writer: numeric
@@ -8,10 +9,16 @@ fields become scalars tagged `<split>/<field>` at the row's step and wall time.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import time
 from pathlib import Path
 from types import TracebackType
+
+import torch
+
+from nmt.distributed import SINGLE, Dist, sum_across
 
 METRICS = "metrics.jsonl"
 EVENTS_GLOB = "events.out.tfevents.*"
@@ -75,3 +82,42 @@ def remove_logs(run_dir: Path) -> None:
     (run_dir / METRICS).unlink(missing_ok=True)
     for events in run_dir.glob(EVENTS_GLOB):
         events.unlink()
+
+
+class Window:
+    """Training statistics since the last log line; loss sums stay on the device until read."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.sums = torch.zeros(2, device=device)  # loss, nll
+        self.tokens = 0
+        self.start = time.perf_counter()
+
+    def add(self, sums: torch.Tensor, tokens: int) -> None:
+        self.sums += sums
+        self.tokens += tokens
+
+    @contextlib.contextmanager
+    def paused(self):
+        started = time.perf_counter()
+        yield
+        self.start += time.perf_counter() - started
+
+    def flush(self, lr: float, where: Dist = SINGLE) -> dict:
+        """The window's entry for the log (one device read, one all-reduce under DDP); resets."""
+        loss, nll = sum_across(self.sums, where).tolist()
+        tokens = max(self.tokens, 1)  # already counted over all ranks
+        entry = {
+            "split": "train",
+            "loss": loss / tokens,  # label-smoothed, per target token
+            "ppl": math.exp(min(nll / tokens, 50.0)),
+            "lr": lr,
+            "tokens": self.tokens,  # target tokens in this window, all ranks
+            "tokens_per_s": self.tokens / (time.perf_counter() - self.start),
+        }
+        self.__init__(self.device)
+        return entry
+
+    @staticmethod
+    def describe(entry: dict) -> str:
+        return f"loss {entry['loss']:.3f} lr {entry['lr']:.2e} {entry['tokens_per_s']:.0f} tok/s"

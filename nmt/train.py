@@ -1,5 +1,5 @@
-"""Training: `prepare_run` gets a run ready (directory, corpora, tokenizer, model, the checkpoint to
-resume), `Trainer` runs the loop over what it is given.
+"""The training loop: `Trainer` runs the updates, validations and checkpoints of one run over the
+model and data that `nmt.prepare.prepare_run` made ready; `train_main` is what nmt-train calls.
 
 One update = `accum_steps` batches per process. The data position (epoch, batch index) and every
 process's RNG state go into each checkpoint, and batches are a pure function of (seed, epoch), so
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -21,33 +20,10 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from nmt.attention_map import save_heatmap, select_map
-from nmt.checkpoint import (
-    Checkpoint,
-    load_resume_point,
-    point,
-    prune,
-    save_checkpoint,
-    step_name,
-)
-from nmt.config import (
-    DecodeConfig,
-    Metric,
-    Optimizer,
-    Precision,
-    Split,
-    TrainRunConfig,
-    TransformerConfig,
-)
-from nmt.data import (
-    Encoded,
-    collate,
-    encode,
-    epoch_batches,
-    filter_length,
-    read_split,
-    token_batches,
-)
+from nmt.budget import Budget
+from nmt.checkpoint import Checkpoint, point, prune, save_checkpoint
+from nmt.config import Metric, Optimizer, Precision, TrainRunConfig
+from nmt.data import collate, epoch_batches
 from nmt.device import autocast, check_precision, resolve_device
 from nmt.distributed import (
     SINGLE,
@@ -58,19 +34,16 @@ from nmt.distributed import (
     gather,
     init_process_group,
     shutdown,
-    sum_across,
 )
 from nmt.errors import NMTError
-from nmt.evaluate import bleu
-from nmt.loss import smoothed_cross_entropy
-from nmt.models import build_model
+from nmt.loss import batch_loss
 from nmt.models.seq2seq import Seq2Seq
 from nmt.preemption import StopRequest
-from nmt.resume import check_resume, load_init
-from nmt.run_log import RunLog, remove_logs
+from nmt.prepare import RunData, prepare_run
+from nmt.resume import rng_state, set_rng_state
+from nmt.run_log import RunLog, Window
 from nmt.schedule import LRSchedule
-from nmt.search import decode_all
-from nmt.tokenizer import EOS, PAD, Vocabs, load_vocabs, prune_vocabs, train_vocabs
+from nmt.validation import save_alignments, validate
 
 MIN_LOSS_SCALE = 1e-4  # below this an fp16 run cannot recover (fairseq stops at the same point)
 
@@ -91,135 +64,6 @@ def _better(metric: Metric, new: float, best: float | None) -> bool:
     if best is None:
         return True
     return new > best if metric == Metric.bleu else new < best
-
-
-def _check_run_dir(cfg: TrainRunConfig) -> Path:
-    """Refuse to clobber an existing run unless asked; returns the checkpoint root. Read-only, so
-    every rank can run it and fail the same way."""
-    run_dir = Path(cfg.run_dir)
-    root = run_dir / "checkpoints"
-    has_run = (root / "last").exists()
-    if cfg.train.resume and not has_run:
-        raise NMTError(f"train.resume=true but {root}/last does not exist")
-    if has_run and not cfg.train.resume and not cfg.train.overwrite:
-        raise NMTError(
-            f"{run_dir} already holds a run: pass train.resume=true to continue it, "
-            "train.overwrite=true to start over, or another run_dir"
-        )
-    return root
-
-
-def _reset_run_dir(cfg: TrainRunConfig, root: Path) -> None:
-    """train.overwrite: remove the old checkpoints and log (rank 0 only)."""
-    if (root / "last").exists() and not cfg.train.resume:
-        shutil.rmtree(root)
-        remove_logs(Path(cfg.run_dir))
-    Path(cfg.run_dir).mkdir(parents=True, exist_ok=True)
-
-
-def _loss(model: Seq2Seq, batch, smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Summed training loss (label-smoothed) and summed NLL (for perplexity) of one batch, both
-    from one log-softmax (nmt/loss.py)."""
-    logits, _ = model(batch.src, batch.src_lens, batch.tgt_in)  # (B, T, V)
-    target = batch.tgt_out.reshape(-1)  # (B*T,)
-    return smoothed_cross_entropy(logits.reshape(target.size(0), -1), target, smoothing, PAD)
-
-
-@torch.inference_mode()
-def validate(
-    model: Seq2Seq,
-    data: Encoded,
-    references: list[str],
-    vocabs: Vocabs,
-    cfg: TrainRunConfig,
-    device: torch.device,
-) -> dict:
-    """Validation loss/perplexity (teacher forcing) and, optionally, BLEU decoded with the run's
-    `decode` settings (greedy by default; `decode=beam` validates with beam search)."""
-    model.eval()
-    nll, tokens = torch.zeros((), device=device), 0  # summed on the device, read once
-    lens_src, lens_tgt = [len(s) for s in data.src], [len(t) for t in data.tgt]
-    for index in token_batches(lens_src, lens_tgt, cfg.train.batch_tokens):
-        batch = collate(index, data.src, data.tgt).to(device)
-        with autocast(device, cfg.train.precision):
-            _, batch_nll = _loss(model, batch, 0.0)
-        nll += batch_nll
-        tokens += batch.n_tgt_tokens
-    nll = nll.item()
-    result = {"loss": nll / tokens, "ppl": math.exp(min(nll / tokens, 50.0))}
-    if cfg.train.valid_bleu:
-        with autocast(device, cfg.train.precision):
-            hyps = decode_all(model, data.src, cfg.decode, device)
-        result["bleu"] = bleu(vocabs.tgt.decode([h[0].tokens for h in hyps]), references)
-    model.train()
-    return result
-
-
-def _rng_state() -> dict:
-    return {
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-    }
-
-
-def _set_rng_state(state: dict) -> None:
-    torch.set_rng_state(state["torch"])
-    if state["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-@dataclass
-class RunData:
-    """What a run trains and validates on: the tokenizer and the encoded corpora."""
-
-    vocabs: Vocabs
-    train: Encoded
-    valid: Encoded
-    valid_references: list[str]  # raw target side of the validation split, for BLEU
-
-
-def prepare_run(
-    cfg: TrainRunConfig, where: Dist = SINGLE
-) -> tuple[RunData, Seq2Seq, Checkpoint | None]:
-    """Everything before the first update: the run directory, the corpora, the tokenizer (trained
-    by rank 0, read by the others), the model, and the checkpoint to resume from (or None).
-
-    Every rank builds the same model from `cfg.seed`; DistributedDataParallel then makes sure of it
-    by broadcasting rank 0's weights.
-    """
-    root = _check_run_dir(cfg)
-    if where.main:
-        _reset_run_dir(cfg, root)
-    barrier(where)
-    torch.manual_seed(cfg.seed)
-    run_dir = Path(cfg.run_dir)
-    train_corpus = read_split(cfg.data, Split.train)
-    valid_corpus = read_split(cfg.data, Split.valid)
-    say = _print_err if where.main else _silent
-    resume = load_resume_point(root, say) if cfg.train.resume else None
-    init = load_init(cfg, say) if cfg.train.init_from else None
-    if resume is not None:
-        check_resume(cfg, resume)
-        vocabs = resume.vocabs
-    elif init is not None:
-        vocabs = init.vocabs
-    else:
-        if where.main:
-            tok = cfg.data.tokenizer
-            vocabs = train_vocabs(train_corpus.src, train_corpus.tgt, run_dir, tok)
-            if tok.prune_unseen:
-                shared = isinstance(cfg.model, TransformerConfig) and cfg.model.share_embeddings
-                prune_vocabs(vocabs, train_corpus.src, train_corpus.tgt, run_dir, shared)
-        barrier(where)  # the others read what rank 0 wrote
-        vocabs = load_vocabs(run_dir)
-    train_data = filter_length(encode(train_corpus, vocabs), cfg.data.max_len)
-    if len(train_data) == 0:
-        raise NMTError("no training pairs left after length filtering (data.max_len)")
-    data = RunData(vocabs, train_data, encode(valid_corpus, vocabs), valid_corpus.tgt)
-    model = build_model(cfg.model, len(vocabs.src), len(vocabs.tgt), vocabs.joint)
-    if init is not None:
-        model.load_state_dict(init.payload["model"])
-    return data, model, resume
 
 
 class Trainer:
@@ -270,13 +114,10 @@ class Trainer:
         self.bad_in_row = 0  # consecutive skipped updates (NaN/inf, out of memory)
         self.skipped = 0  # skipped updates since the last log line
         self.norms: list[float] = []  # gradient norms of the updates since the last log line
-        self.say = _print_err if where.main else _silent
-        self.started = time.monotonic() if started is None else started  # for train.max_minutes
-        self.valid_seconds = 0.0  # how long the last validation (and its checkpoint) took
-        self.trained = (0, 0.0)  # target tokens and seconds of training in this command
-        self.valid_tokens = sum(len(t) + 1 for t in data.valid.tgt)  # for _validation_estimate
-        # seconds of the time budget spent, one validation ahead, agreed by all ranks (_must_stop)
-        self.spent_seconds = 0.0
+        self.say = where.say
+        valid_tokens = sum(len(t) + 1 for t in data.valid.tgt)
+        began = time.monotonic() if started is None else started
+        self.budget = Budget(cfg.train.max_minutes, began, valid_tokens)  # train.max_minutes
 
     def restore(self, ckpt: Checkpoint) -> None:
         """Continue exactly where `ckpt` left off: weights, optimizer, schedule, data position and
@@ -294,11 +135,10 @@ class Trainer:
         self.schedule.load_state_dict(payload["scheduler"])
         self.scaler.load_state_dict(payload["scaler"])
         self.progress = Progress(**payload["progress"])
-        self.started -= self.progress.seconds  # max_minutes counts the whole run, not this command
-        self.spent_seconds = self.progress.seconds  # the first update's LR, before _must_stop runs
+        self.budget.resume(self.progress.seconds)
         self.saved_step = self.progress.step
         ranks = payload.get("rng_ranks") or [payload["rng"]]
-        _set_rng_state(ranks[self.where.rank])
+        set_rng_state(ranks[self.where.rank])
         self.resumed_at = self.progress.step  # the logs are cut back to it when they open
 
     def record(self, entry: dict) -> None:
@@ -368,7 +208,7 @@ class Trainer:
             sync = contextlib.nullcontext() if last or not self.where.active else self._no_sync()
             with sync:
                 with autocast(self.device, cfg.precision):
-                    loss, nll = _loss(self.train_model, batch, cfg.label_smoothing)
+                    loss, nll = batch_loss(self.train_model, batch, cfg.label_smoothing)
                 # DDP averages gradients over ranks: dividing by tokens / world makes the sum
                 # over ranks equal one big batch normalised by all of its tokens
                 self.scaler.scale(loss / (tokens / world)).backward()
@@ -425,7 +265,7 @@ class Trainer:
 
     def save(self, metrics: dict, improved: bool) -> None:
         """Rank 0 writes the checkpoint, with the RNG state of every rank (collected from all)."""
-        rng = gather(_rng_state(), self.where)
+        rng = gather(rng_state(), self.where)
         if not self.where.main:
             return
         payload = {
@@ -433,7 +273,7 @@ class Trainer:
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.schedule.state_dict(),
             "scaler": self.scaler.state_dict(),
-            "progress": vars(self.progress) | {"seconds": time.monotonic() - self.started},
+            "progress": vars(self.progress) | {"seconds": self.budget.elapsed()},
             "rng": rng[0],
             "world_size": self.where.world,
             "metrics": metrics,
@@ -446,27 +286,6 @@ class Trainer:
         point(self.root, "last", path)
         prune(self.root, self.cfg.train.keep_last)
 
-    def _save_alignments(self) -> None:
-        """train.valid_heatmaps=K: the greedy attention of the first K validation sentences, one
-        PNG each per validation (run_dir/attention/step-N.k.png), to watch alignment emerge."""
-        src = self.data.valid.src[: self.cfg.train.valid_heatmaps]
-        vocabs, step = self.data.vocabs, self.progress.step
-        self.model.eval()
-        with torch.inference_mode():
-            nbests = decode_all(self.model, src, DecodeConfig(), self.device, attention=True)
-        self.model.train()
-        for k, (ids, nbest) in enumerate(zip(src, nbests)):
-            best = nbest[0]
-            if best.attention is None:  # model.attention=none
-                return
-            save_heatmap(
-                vocabs.src.id_to_piece(ids),
-                vocabs.tgt.id_to_piece(best.tokens + [EOS] * best.ended),
-                select_map(best.attention, -1, None),  # the top layer, heads averaged
-                self.run_dir / "attention" / f"{step_name(step)}.{k}.png",
-                f"step {step}: {vocabs.tgt.decode([best.tokens])[0]}",
-            )
-
     def validate_and_save(self) -> str:
         """Rank 0 validates; every rank takes its metrics (the LR schedule and early stopping must
         agree everywhere); rank 0 checkpoints. Returns a line for the console."""
@@ -477,7 +296,11 @@ class Trainer:
                 self.cfg, self.device,
             )  # fmt: skip
             if self.cfg.train.valid_heatmaps:
-                self._save_alignments()
+                src = self.data.valid.src[: self.cfg.train.valid_heatmaps]
+                out = self.run_dir / "attention"
+                save_alignments(
+                    self.model, src, self.data.vocabs, self.device, out, self.progress.step
+                )
         metrics = broadcast(metrics, self.where)
         metric = self.cfg.train.metric
         improved = _better(metric, metrics[metric.value], self.progress.best)
@@ -490,7 +313,7 @@ class Trainer:
         self.save(metrics, improved)
         self.saved_step = self.progress.step
         barrier(self.where)  # nobody trains on while rank 0 is still writing
-        self.valid_seconds = time.monotonic() - began
+        self.budget.valid_seconds = time.monotonic() - began
         shown = "  ".join(f"{k} {v:.2f}" for k, v in metrics.items())
         return f"step {self.progress.step}: valid {shown}{'  (best)' if improved else ''}"
 
@@ -530,8 +353,7 @@ class Trainer:
                     began = time.monotonic()
                     sums, tokens = self.update(group)
                     window.add(sums, tokens)
-                    done, seconds = self.trained
-                    self.trained = (done + tokens, seconds + time.monotonic() - began)
+                    self.budget.add_training(tokens, time.monotonic() - began)
                     bar.update(1)
                     if progress.step % cfg.log_every == 0:
                         entry = window.flush(self.optimizer.param_groups[0]["lr"], where)
@@ -582,37 +404,17 @@ class Trainer:
     def _spent(self) -> float:
         """The fraction of the budget (steps or time, whichever binds first) used: the decaying
         LR schedules follow it."""
-        steps = self.progress.step / self.cfg.train.max_steps
-        budget = self.cfg.train.max_minutes * 60
-        return max(steps, self.spent_seconds / budget) if budget else steps
-
-    def _validation_estimate(self) -> float:
-        """Seconds the closing validation will take: the last one's, or before the first, the
-        validation targets at the training speed so far (measured: greedy validation of Multi30k
-        took 4.9 s, its 15k target tokens at 3,300 tokens/s are 4.5 s)."""
-        if self.valid_seconds or not self.trained[0]:
-            return self.valid_seconds
-        return self.valid_tokens * self.trained[1] / self.trained[0]
+        return max(self.progress.step / self.cfg.train.max_steps, self.budget.fraction())
 
     def _must_stop(self, stop: StopRequest) -> tuple[bool, bool]:
-        """(a stop signal came, the time budget is spent), agreed by all ranks: every rank must
-        stop after the same update, and use the same learning rate. The budget keeps room for
-        one more validation, timed on the last one, so that the run ends within it."""
-        spent = time.monotonic() - self.started + self._validation_estimate()
-        signalled = stop.signal is not None
-        if self.where.active:
-            flags = torch.tensor([float(signalled), spent], device=self.device)
-            total = sum_across(flags, self.where).tolist()
-            signalled, spent = total[0] > 0, total[1] / self.where.world
-        self.spent_seconds = spent
-        budget = self.cfg.train.max_minutes * 60
-        return signalled, bool(budget) and spent >= budget
+        """(a stop signal came, the time budget is spent), the same answer on every rank."""
+        return self.budget.check(stop.signal is not None, self.where, self.device)
 
     def _out_of_time(self) -> Path:
         """train.max_minutes: validate and save the update just finished, as at max_steps."""
         if self.saved_step != self.progress.step:
             self.say(self.validate_and_save())
-        minutes = (time.monotonic() - self.started) / 60
+        minutes = self.budget.elapsed() / 60
         self.say(
             f"nmt-train: time budget of {self.cfg.train.max_minutes:g} min reached after step "
             f"{self.progress.step} ({minutes:.1f} min since the start)"
@@ -633,53 +435,6 @@ class Trainer:
             "command with train.resume=true"
         )
         return self._result()
-
-
-def _print_err(line: str) -> None:
-    print(line, file=sys.stderr)
-
-
-def _silent(line: str) -> None:
-    pass
-
-
-class Window:
-    """Training statistics since the last log line; loss sums stay on the device until read."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-        self.sums = torch.zeros(2, device=device)  # loss, nll
-        self.tokens = 0
-        self.start = time.perf_counter()
-
-    def add(self, sums: torch.Tensor, tokens: int) -> None:
-        self.sums += sums
-        self.tokens += tokens
-
-    @contextlib.contextmanager
-    def paused(self):
-        started = time.perf_counter()
-        yield
-        self.start += time.perf_counter() - started
-
-    def flush(self, lr: float, where: Dist = SINGLE) -> dict:
-        """The window's entry for the log (one device read, one all-reduce under DDP); resets."""
-        loss, nll = sum_across(self.sums, where).tolist()
-        tokens = max(self.tokens, 1)  # already counted over all ranks
-        entry = {
-            "split": "train",
-            "loss": loss / tokens,  # label-smoothed, per target token
-            "ppl": math.exp(min(nll / tokens, 50.0)),
-            "lr": lr,
-            "tokens": self.tokens,  # target tokens in this window, all ranks
-            "tokens_per_s": self.tokens / (time.perf_counter() - self.start),
-        }
-        self.__init__(self.device)
-        return entry
-
-    @staticmethod
-    def describe(entry: dict) -> str:
-        return f"loss {entry['loss']:.3f} lr {entry['lr']:.2e} {entry['tokens_per_s']:.0f} tok/s"
 
 
 def train_main(cfg: TrainRunConfig, started: float | None = None) -> Path:

@@ -24,7 +24,8 @@ import torch
 from nmt import cli
 from nmt.data import epoch_batches
 from nmt.device import check_precision, describe, resolve_device
-from nmt.train import Trainer, prepare_run
+from nmt.prepare import prepare_run
+from nmt.train import Trainer
 
 
 def main() -> None:

@@ -21,7 +21,8 @@ from torch.profiler import ProfilerActivity, profile
 from nmt import cli
 from nmt.data import epoch_batches
 from nmt.device import describe, resolve_device
-from nmt.train import Trainer, prepare_run
+from nmt.prepare import prepare_run
+from nmt.train import Trainer
 
 
 def main() -> None:

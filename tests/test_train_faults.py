@@ -22,7 +22,8 @@ from nmt import train as train_module
 from nmt.checkpoint import load_checkpoint
 from nmt.data import epoch_batches
 from nmt.errors import NMTError
-from nmt.train import Trainer, prepare_run
+from nmt.prepare import prepare_run
+from nmt.train import Trainer
 
 QUICK = ["train.valid_bleu=false", "train.metric=loss", "train.log_every=1"]
 
@@ -206,7 +207,7 @@ def weights(trainer: Trainer) -> dict[str, torch.Tensor]:
 
 def inject(monkeypatch, fault, at: set[int], trainer: Trainer) -> None:
     """Make the loss of the updates numbered in `at` go wrong with `fault`."""
-    real = train_module._loss
+    real = train_module.batch_loss
 
     def faulty(model, batch, smoothing):
         loss, nll = real(model, batch, smoothing)
@@ -216,7 +217,7 @@ def inject(monkeypatch, fault, at: set[int], trainer: Trainer) -> None:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return loss, nll
 
-    monkeypatch.setattr(train_module, "_loss", faulty)
+    monkeypatch.setattr(train_module, "batch_loss", faulty)
 
 
 @pytest.mark.parametrize("fault", ["nan", "oom"])
@@ -253,14 +254,14 @@ def test_repeated_bad_updates_stop_the_run_with_advice(trainer, monkeypatch, fau
 
 
 def test_the_nan_log_line_counts_skipped_updates(tmp_path, demo_dir, monkeypatch):
-    real, calls = train_module._loss, {"n": 0}
+    real, calls = train_module.batch_loss, {"n": 0}
 
     def nan_once(model, batch, smoothing):
         calls["n"] += 1
         loss, nll = real(model, batch, smoothing)
         return (loss * float("nan"), nll) if calls["n"] == 3 else (loss, nll)
 
-    monkeypatch.setattr(train_module, "_loss", nan_once)
+    monkeypatch.setattr(train_module, "batch_loss", nan_once)
     run = tmp_path / "run"
     extra = ["train.max_steps=4", "train.valid_every=4", "train.log_every=2"]
     assert cli.train(args(run, demo_dir, *extra)) == 0
@@ -331,9 +332,10 @@ def test_a_linear_decay_ends_at_min_lr_and_resume_keeps_the_budget(tmp_path, dem
 def test_the_first_validation_is_estimated_from_the_training_speed(trainer):
     """Before any validation the budget reserves the validation targets' time at the training
     speed, so a run whose only validation closes it still ends within its minutes."""
-    assert trainer._validation_estimate() == 0.0  # nothing trained yet, nothing to go on
-    trainer.trained = (1000, 2.0)  # 500 target tokens per second
+    budget = trainer.budget
+    assert budget.validation_estimate() == 0.0  # nothing trained yet, nothing to go on
+    budget.add_training(1000, 2.0)  # 500 target tokens per second
     tokens = sum(len(t) + 1 for t in trainer.data.valid.tgt)
-    assert trainer._validation_estimate() == pytest.approx(tokens / 500)
-    trainer.valid_seconds = 3.5  # once measured, the last validation's time is used
-    assert trainer._validation_estimate() == 3.5
+    assert budget.validation_estimate() == pytest.approx(tokens / 500)
+    budget.valid_seconds = 3.5  # once measured, the last validation's time is used
+    assert budget.validation_estimate() == 3.5

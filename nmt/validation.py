@@ -1,0 +1,76 @@
+"""What a run measures on its validation split between updates: the loss and perplexity under
+teacher forcing, BLEU of the run's `decode` settings (greedy by default, `decode=beam` for beam
+search), and with `train.valid_heatmaps` the attention of a few sentences as pictures.
+
+Validation runs on rank 0 only; the trainer shares the metrics with the other ranks.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+
+from nmt.attention_map import save_heatmap, select_map
+from nmt.checkpoint import step_name
+from nmt.config import DecodeConfig, TrainRunConfig
+from nmt.data import Encoded, collate, token_batches
+from nmt.device import autocast
+from nmt.evaluate import bleu
+from nmt.loss import batch_loss
+from nmt.models.seq2seq import Seq2Seq
+from nmt.search import decode_all
+from nmt.tokenizer import EOS, Vocabs
+
+
+@torch.inference_mode()
+def validate(
+    model: Seq2Seq,
+    data: Encoded,
+    references: list[str],
+    vocabs: Vocabs,
+    cfg: TrainRunConfig,
+    device: torch.device,
+) -> dict:
+    """{"loss", "ppl"} per target token, and "bleu" with `train.valid_bleu` (against the raw
+    `references`, detokenized as nmt-evaluate scores). Leaves the model in training mode."""
+    model.eval()
+    nll, tokens = torch.zeros((), device=device), 0  # summed on the device, read once
+    lens_src, lens_tgt = [len(s) for s in data.src], [len(t) for t in data.tgt]
+    for index in token_batches(lens_src, lens_tgt, cfg.train.batch_tokens):
+        batch = collate(index, data.src, data.tgt).to(device)
+        with autocast(device, cfg.train.precision):
+            _, batch_nll = batch_loss(model, batch, 0.0)
+        nll += batch_nll
+        tokens += batch.n_tgt_tokens
+    nll = nll.item()
+    result = {"loss": nll / tokens, "ppl": math.exp(min(nll / tokens, 50.0))}
+    if cfg.train.valid_bleu:
+        with autocast(device, cfg.train.precision):
+            hyps = decode_all(model, data.src, cfg.decode, device)
+        result["bleu"] = bleu(vocabs.tgt.decode([h[0].tokens for h in hyps]), references)
+    model.train()
+    return result
+
+
+def save_alignments(
+    model: Seq2Seq, src: list[list[int]], vocabs: Vocabs, device: torch.device, out: Path, step: int
+) -> None:
+    """The greedy attention of each source in `src`, one PNG each (out/step-N.k.png), to watch
+    alignment emerge over a run. Nothing for a model without attention (model.attention=none)."""
+    model.eval()
+    with torch.inference_mode():
+        nbests = decode_all(model, src, DecodeConfig(), device, attention=True)
+    model.train()
+    for k, (ids, nbest) in enumerate(zip(src, nbests)):
+        best = nbest[0]
+        if best.attention is None:
+            return
+        save_heatmap(
+            vocabs.src.id_to_piece(ids),
+            vocabs.tgt.id_to_piece(best.tokens + [EOS] * best.ended),
+            select_map(best.attention, -1, None),  # the top layer, heads averaged
+            out / f"{step_name(step)}.{k}.png",
+            f"step {step}: {vocabs.tgt.decode([best.tokens])[0]}",
+        )
