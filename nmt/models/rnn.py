@@ -15,6 +15,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from nmt.config import Bridge, Cell, DecoderStyle, RNNConfig
 from nmt.models.attention import Attention, Prepared, build_attention
+from nmt.models.dropout import Dropout
 from nmt.models.seq2seq import EncoderOutput
 from nmt.tokenizer import PAD
 
@@ -46,7 +47,7 @@ class RNNEncoder(nn.Module):
         self.directions = 2 if cfg.bidirectional else 1
         self.layers = cfg.encoder_layers
         self.embed = nn.Embedding(vocab_size, cfg.emb_size, padding_idx=PAD)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.rnn = _rnn(
             cfg.cell,
             cfg.emb_size,
@@ -106,7 +107,7 @@ class RNNDecoder(nn.Module):
         self.cfg = cfg
         self.hidden_size = cfg.hidden_size
         self.embed = nn.Embedding(vocab_size, cfg.emb_size, padding_idx=PAD)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.rnn = _rnn(cfg.cell, rnn_input_size, cfg.hidden_size, cfg.decoder_layers, cfg.dropout)
         size = cfg.attention_size or cfg.hidden_size
         self.attention: Attention | None = build_attention(

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from nmt.config import Activation, Norm, Positions, TransformerConfig
 from nmt.errors import NMTError
 from nmt.models.attention import group_rows, ungroup_rows
+from nmt.models.dropout import Dropout, dropout
 from nmt.models.seq2seq import EncoderOutput
 from nmt.tokenizer import PAD
 
@@ -43,7 +44,7 @@ class Embedding(nn.Module):
         super().__init__()
         self.table = table
         self.scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.learned = (
             nn.Embedding(cfg.max_positions, cfg.d_model)
             if cfg.positions == Positions.learned
@@ -121,7 +122,7 @@ class MultiHeadAttention(nn.Module):
                 future = torch.ones(energies.shape[-2:], dtype=torch.bool, device=q.device)
                 energies = energies.masked_fill(future.triu(1), float("-inf"))
             weights = torch.softmax(energies.float(), dim=-1).type_as(q)
-            context = F.dropout(weights, p, self.training) @ values
+            context = dropout(weights, p, self.training) @ values
         else:
             # fused kernels (flash / memory-efficient on GPU) never materialise the weights
             context = F.scaled_dot_product_attention(
@@ -139,7 +140,7 @@ class FeedForward(nn.Sequential):
         super().__init__(
             nn.Linear(cfg.d_model, cfg.ff_size),
             nn.GELU() if cfg.activation == Activation.gelu else nn.ReLU(),
-            nn.Dropout(cfg.activation_dropout),
+            Dropout(cfg.activation_dropout),
             nn.Linear(cfg.ff_size, cfg.d_model),
         )
 
@@ -151,7 +152,7 @@ class Sublayer(nn.Module):
         super().__init__()
         self.pre = cfg.norm == Norm.pre
         self.norm = nn.LayerNorm(cfg.d_model)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
 
     def input(self, x: Tensor) -> Tensor:
         return self.norm(x) if self.pre else x
