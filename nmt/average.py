@@ -180,8 +180,9 @@ def average_main(cfg: AverageRunConfig) -> Path:
     shutil.rmtree(scratch, ignore_errors=True)
     try:
         built = save_checkpoint(
-            scratch, newest.payload["step"], payload, newest.config, newest.vocabs
-        )
+            scratch, newest.payload["step"], payload, newest.config, newest.vocabs,
+            newest.lexicon,
+        )  # fmt: skip
         _place(built, out, cfg.overwrite)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

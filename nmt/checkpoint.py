@@ -2,7 +2,7 @@
 
 Layout of a run's checkpoints::
 
-    checkpoints/step-00001000/ ckpt.pt  config.yaml  spm.model
+    checkpoints/step-00001000/ ckpt.pt  config.yaml  spm.model  lexicon.pt
     checkpoints/last -> step-00001000     (symlinks, swapped atomically with os.replace)
     checkpoints/best -> step-00000800
 
@@ -27,6 +27,7 @@ import torch
 
 from nmt.config import TrainRunConfig, load_run_config, save_run_config
 from nmt.errors import NMTError
+from nmt.lexicon import LEXICON_FILE, Lexicon, load_lexicon
 from nmt.models import build_model
 from nmt.models.seq2seq import Seq2Seq
 from nmt.tokenizer import Vocabs, load_vocabs
@@ -41,7 +42,12 @@ def step_name(step: int) -> str:
 
 
 def save_checkpoint(
-    root: Path, step: int, payload: dict, cfg: TrainRunConfig, vocabs: Vocabs
+    root: Path,
+    step: int,
+    payload: dict,
+    cfg: TrainRunConfig,
+    vocabs: Vocabs,
+    lexicon: Lexicon | None = None,
 ) -> Path:
     """Write a new checkpoint directory for `step` atomically and return its path.
 
@@ -67,6 +73,8 @@ def save_checkpoint(
         save_run_config(cfg, tmp / CONFIG_FILE)
         for path in vocabs.files():
             shutil.copy2(path, tmp / path.name)
+        if lexicon is not None:
+            lexicon.save(tmp / LEXICON_FILE)
         _fsync_dir(tmp)
         os.rename(tmp, final)
         _fsync_dir(root)
@@ -118,6 +126,7 @@ class Checkpoint:
     payload: dict
     config: TrainRunConfig
     vocabs: Vocabs
+    lexicon: Lexicon | None  # for decode.shortlist; None in checkpoints written before it
 
 
 def load_checkpoint(path: str | Path) -> Checkpoint:
@@ -151,7 +160,7 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
             f"the tokenizer in {path} is not the one this checkpoint was trained with "
             "(different vocabulary)"
         )
-    return Checkpoint(path, payload, config, vocabs)
+    return Checkpoint(path, payload, config, vocabs, load_lexicon(path))
 
 
 def load_resume_point(root: Path, warn: Callable[[str], None]) -> Checkpoint:

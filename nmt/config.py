@@ -17,6 +17,8 @@ from omegaconf import MISSING, OmegaConf
 
 from nmt.errors import NMTError
 
+SHORTLIST_MAX = 64  # translations per source piece a lexicon keeps (nmt/lexicon.py)
+
 
 class Cell(str, Enum):
     gru = "gru"
@@ -323,6 +325,10 @@ class DecodeConfig:
     # library, nmt-translate and nmt-evaluate all pass a DecodeConfig (and a checkpoint stores
     # one), and the target length limit above follows the source length, so the cap bounds both.
     max_src_pieces: int = 1024  # as CTranslate2's max_input_length (and model.max_positions)
+    # score only a shortlist of target pieces per sentence (nmt/lexicon.py): the `shortlist` best
+    # translations of each source piece and the `shortlist_frequent` most frequent pieces; 0 = all
+    shortlist: int = 0
+    shortlist_frequent: int = 100
 
     def __post_init__(self) -> None:
         if self.beam_size < 1 or self.n_best < 1 or self.batch_size < 1:
@@ -339,6 +345,11 @@ class DecodeConfig:
             raise NMTError("decode.temperature must be > 0, top_p in (0, 1], top_k >= 0")
         if self.no_repeat_ngram < 0 or self.max_len_cap < 1 or self.alpha < 0:
             raise NMTError("decode.no_repeat_ngram >= 0, max_len_cap >= 1 and alpha >= 0 needed")
+        if not 0 <= self.shortlist <= SHORTLIST_MAX or self.shortlist_frequent < 0:
+            raise NMTError(
+                f"decode.shortlist must be in 0..{SHORTLIST_MAX} (0 = off) and decode."
+                f"shortlist_frequent >= 0, got {self.shortlist} and {self.shortlist_frequent}"
+            )
 
     def describe(self) -> str:
         """A short human-readable summary, printed next to scores."""
@@ -355,7 +366,11 @@ class DecodeConfig:
                     f"sample (temperature {self.temperature:g}, top_k {self.top_k}, "
                     f"top_p {self.top_p:g}, seed {self.seed})"
                 )
-        return text + (f", no_repeat_ngram {self.no_repeat_ngram}" if self.no_repeat_ngram else "")
+        if self.no_repeat_ngram:
+            text += f", no_repeat_ngram {self.no_repeat_ngram}"
+        if self.shortlist:
+            text += f", shortlist {self.shortlist} per source piece + {self.shortlist_frequent}"
+        return text
 
     def max_len(self, src_len: int) -> int:
         return max(1, min(self.max_len_cap, int(self.max_len_a * src_len + self.max_len_b)))

@@ -60,7 +60,8 @@ def _out_dir(cfg: EvaluateRunConfig, ckpt_path: Path) -> Path:
 def evaluate_main(cfg: EvaluateRunConfig) -> Scores:
     ckpt = load_checkpoint(cfg.ckpt)
     device = resolve_device(cfg.device)
-    translator = Translator(restore_model(ckpt, device), ckpt.vocabs, cfg.decode, device)
+    model = restore_model(ckpt, device)
+    translator = Translator(model, ckpt.vocabs, cfg.decode, device, ckpt.lexicon)
     if cfg.src_file is not None:
         sources, references = read_lines(Path(cfg.src_file)), read_lines(Path(cfg.ref_file))
         name = Path(cfg.src_file).name

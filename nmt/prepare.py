@@ -1,5 +1,6 @@
 """Everything a training run needs before its first update: the run directory, the corpora, the
-tokenizer (trained by rank 0, read by the others), the model, and the checkpoint to resume from.
+tokenizer and the lexicon (learned by rank 0, read by the others), the model, and the checkpoint
+to resume from.
 
 `prepare_run` is separate from the loop (nmt/train.py) so that benchmarks and tests can build a
 run exactly as `nmt-train` does and then drive `Trainer` themselves.
@@ -18,6 +19,7 @@ from nmt.config import Split, TrainRunConfig, TransformerConfig
 from nmt.data import Encoded, encode, filter_length, read_split
 from nmt.distributed import SINGLE, Dist, barrier
 from nmt.errors import NMTError
+from nmt.lexicon import LEXICON_FILE, Lexicon, learn_lexicon, load_lexicon
 from nmt.models import build_model
 from nmt.models.seq2seq import Seq2Seq
 from nmt.resume import check_resume, load_init
@@ -33,6 +35,7 @@ class RunData:
     train: Encoded
     valid: Encoded
     valid_references: list[str]  # raw target side of the validation split, for BLEU
+    lexicon: Lexicon  # saved with every checkpoint, for decode.shortlist (nmt/lexicon.py)
 
 
 def prepare_run(
@@ -70,7 +73,14 @@ def prepare_run(
     train_data = filter_length(encode(train_corpus, vocabs), cfg.data.max_len)
     if len(train_data) == 0:
         raise NMTError("no training pairs left after length filtering (data.max_len)")
-    data = RunData(vocabs, train_data, encode(valid_corpus, vocabs), valid_corpus.tgt)
+    # a resumed run keeps its lexicon; a new one (or a run from before lexicons) learns it
+    if where.main and (resume is None or not (run_dir / LEXICON_FILE).is_file()):
+        learn_lexicon(train_data, len(vocabs.src), len(vocabs.tgt)).save(run_dir / LEXICON_FILE)
+    barrier(where)
+    lexicon = load_lexicon(run_dir)
+    if lexicon is None:
+        raise NMTError(f"{run_dir / LEXICON_FILE} is missing: rank 0 wrote it to another disk?")
+    data = RunData(vocabs, train_data, encode(valid_corpus, vocabs), valid_corpus.tgt, lexicon)
     model = build_model(cfg.model, len(vocabs.src), len(vocabs.tgt), vocabs.joint)
     if init is not None:
         model.load_state_dict(init.payload["model"])

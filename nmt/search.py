@@ -9,6 +9,12 @@ sentence leaves the batch at once (its rows are dropped from the state with `reo
 costs what its live sentences cost, and no loop over the sentences of a batch runs per step.
 Shapes: B sentences, K beam size, R live rows, V vocabulary, S source length, M attention maps
 (L layers, h heads) of one step: (R, L, h, S).
+
+With `decode.shortlist` (and a `Lexicon`), a batch scores only the C target ids of its
+`Shortlist`, and each sentence only those it allows (the others get -inf, so its output does not
+depend on the batch it is in). Tokens are then column numbers of the shortlist, mapped back to
+vocabulary ids when a hypothesis is stored; the shortlist's ids start with the specials, so EOS
+is EOS in both.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from torch import Tensor
 from nmt.config import DecodeConfig, Strategy
 from nmt.data import collate
 from nmt.errors import NMTError
+from nmt.lexicon import Lexicon, Shortlist
 from nmt.models.seq2seq import Seq2Seq
 from nmt.tokenizer import BOS, EOS
 
@@ -70,6 +77,17 @@ def constrain(
     return log_probs
 
 
+def _shortlist(cfg: DecodeConfig, lexicon: Lexicon | None, src: Tensor) -> Shortlist | None:
+    if not cfg.shortlist:
+        return None
+    if lexicon is None:
+        raise NMTError(
+            "decode.shortlist needs the checkpoint's lexicon.pt, and this checkpoint has none "
+            "(written before nmt learned one): python -m nmt.lexicon CKPT_DIR learns it"
+        )
+    return lexicon.shortlist(src, cfg.shortlist, cfg.shortlist_frequent)
+
+
 def _next_log_probs(
     model: Seq2Seq,
     prev: Tensor,
@@ -78,8 +96,16 @@ def _next_log_probs(
     min_len: Tensor,
     cfg: DecodeConfig,
     history: Tensor | None,
+    shortlist: Shortlist | None,
+    allowed: Tensor | None,
 ):
-    logits, weights, state = model.decode_step(prev, state)
+    """Log-probabilities (R, V), or (R, C) over `shortlist` with `allowed` (R, C) its entries
+    each row may produce; prev (R,) holds vocabulary ids, or shortlist columns."""
+    if shortlist is None:
+        logits, weights, state = model.decode_step(prev, state)
+    else:
+        logits, weights, state = model.decode_step(shortlist.ids[prev], state, shortlist.ids)
+        logits = logits.masked_fill(~allowed, NEG_INF)
     log_probs = torch.log_softmax(logits.float(), dim=-1)  # fp32 whatever the autocast
     return constrain(log_probs, t, min_len, cfg.no_repeat_ngram, history), weights, state
 
@@ -118,10 +144,12 @@ def _single_path(
     cfg: DecodeConfig,
     attention: bool,
     generator: torch.Generator | None,
+    lexicon: Lexicon | None,
 ) -> list[Hypothesis]:
     """Greedy (generator None) or sampling: one hypothesis per row of src (B, S)."""
     batch, device = src.size(0), src.device
     max_len, min_len = _limits(cfg, src, src_lens)
+    shortlist = _shortlist(cfg, lexicon, src)
     steps = int(max_len.max())
     tokens = torch.zeros((batch, steps), dtype=torch.long, device=device)
     scores = torch.zeros(batch, device=device)
@@ -134,8 +162,9 @@ def _single_path(
     for t in range(steps):
         # the token history is gathered only when the n-gram constraint reads it
         history = tokens[alive, :t] if cfg.no_repeat_ngram else None
+        allowed = None if shortlist is None else shortlist.allowed[alive]
         log_probs, weights, state = _next_log_probs(
-            model, prev, state, t, min_len[alive], cfg, history
+            model, prev, state, t, min_len[alive], cfg, history, shortlist, allowed
         )
         choice = _draw(log_probs, cfg, generator)
         tokens[alive, t] = choice
@@ -154,6 +183,8 @@ def _single_path(
             state, alive, choice = state.reorder(keep, keep), alive[keep], choice[keep]
         prev = choice
 
+    if shortlist is not None:
+        tokens = shortlist.ids[tokens]
     # one device-to-host copy per tensor, then plain Python
     maps = None if maps is None else maps.cpu()
     out = []
@@ -165,15 +196,25 @@ def _single_path(
 
 @torch.inference_mode()
 def greedy(
-    model: Seq2Seq, src: Tensor, src_lens: Tensor, cfg: DecodeConfig, attention: bool = True
+    model: Seq2Seq,
+    src: Tensor,
+    src_lens: Tensor,
+    cfg: DecodeConfig,
+    attention: bool = True,
+    lexicon: Lexicon | None = None,
 ) -> list[Hypothesis]:
     """Batched greedy search. src (B, S), src_lens (B,). Rows leave the batch when they finish."""
-    return _single_path(model, src, src_lens, cfg, attention, None)
+    return _single_path(model, src, src_lens, cfg, attention, None, lexicon)
 
 
 @torch.inference_mode()
 def sample(
-    model: Seq2Seq, src: Tensor, src_lens: Tensor, cfg: DecodeConfig, attention: bool = True
+    model: Seq2Seq,
+    src: Tensor,
+    src_lens: Tensor,
+    cfg: DecodeConfig,
+    attention: bool = True,
+    lexicon: Lexicon | None = None,
 ) -> list[list[Hypothesis]]:
     """`cfg.n_best` independent draws per sentence, sorted by normalised score. Reproducible for
     the same inputs, batching and `cfg.seed`."""
@@ -181,7 +222,7 @@ def sample(
     n = cfg.n_best
     hyps = _single_path(
         model, src.repeat_interleave(n, 0), src_lens.repeat_interleave(n, 0), cfg, attention,
-        generator,
+        generator, lexicon,
     )  # fmt: skip
     return [
         sorted(hyps[i * n : (i + 1) * n], key=lambda h: -h.normalized) for i in range(src.size(0))
@@ -190,7 +231,12 @@ def sample(
 
 @torch.inference_mode()
 def beam_search(
-    model: Seq2Seq, src: Tensor, src_lens: Tensor, cfg: DecodeConfig, attention: bool = True
+    model: Seq2Seq,
+    src: Tensor,
+    src_lens: Tensor,
+    cfg: DecodeConfig,
+    attention: bool = True,
+    lexicon: Lexicon | None = None,
 ) -> list[list[Hypothesis]]:
     """Batched beam search: the n-best list of each sentence of src (B, S), best first.
 
@@ -201,6 +247,7 @@ def beam_search(
     """
     batch, device, k = src.size(0), src.device, cfg.beam_size
     max_len, min_len = _limits(cfg, src, src_lens)
+    shortlist = _shortlist(cfg, lexicon, src)
     # the first step has one row per sentence (the empty hypothesis); the next ones K rows each
     state = model.init_state(model.encode(src, src_lens))
     sentence = torch.arange(batch, device=device)  # (N,) original index of each live sentence
@@ -215,7 +262,12 @@ def beam_search(
     for t in range(int(max_len.max())):
         live, width = scores.shape
         row_min = min_len[sentence].repeat_interleave(width)
-        log_probs, weights, state = _next_log_probs(model, prev, state, t, row_min, cfg, history)
+        allowed = None
+        if shortlist is not None:
+            allowed = shortlist.allowed[sentence].repeat_interleave(width, dim=0)  # (R, C)
+        log_probs, weights, state = _next_log_probs(
+            model, prev, state, t, row_min, cfg, history, shortlist, allowed
+        )
         vocab = log_probs.size(1)
         if vocab <= k:  # the K continuations below need K tokens other than EOS
             raise NMTError(f"decode.beam_size={k} needs a target vocabulary above {k} pieces")
@@ -236,6 +288,7 @@ def beam_search(
             _set_aside(
                 finished, cfg, sentence[which], rows[which, rank], tokens[which, rank],
                 top_scores[which, rank], history, maps, weights if attention else None, src_lens,
+                shortlist,
             )  # fmt: skip
 
         done = at_limit | (n_finished[sentence] >= enough)
@@ -273,9 +326,11 @@ def _set_aside(
     maps: Tensor | None,
     weights: Tensor | None,
     src_lens: Tensor,
+    shortlist: Shortlist | None,
 ) -> None:
     """Record finished hypotheses (F of them): their sentence, the row they extend, last token."""
-    seqs = torch.cat([history[rows], tokens.unsqueeze(1)], dim=1).tolist()  # (F, t + 1)
+    seqs = torch.cat([history[rows], tokens.unsqueeze(1)], dim=1)  # (F, t + 1)
+    seqs = (seqs if shortlist is None else shortlist.ids[seqs]).tolist()
     attn = None
     if weights is not None:
         last = weights.float()[rows].unsqueeze(1)  # (F, 1, L, h, S)
@@ -292,9 +347,11 @@ def decode_all(
     cfg: DecodeConfig,
     device: torch.device,
     attention: bool = False,
+    lexicon: Lexicon | None = None,
 ) -> list[list[Hypothesis]]:
     """Decode every source (ids ending in EOS) in length-sorted batches; n-best lists (best
-    first) in input order. `attention` keeps the attention maps of each hypothesis."""
+    first) in input order. `attention` keeps the attention maps of each hypothesis; `lexicon`
+    gives the shortlists of `cfg.shortlist`."""
     order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]))
     results: list[list[Hypothesis]] = [[] for _ in src_ids]
     for start in range(0, len(order), cfg.batch_size):
@@ -302,11 +359,13 @@ def decode_all(
         batch = collate(index, src_ids, None).to(device)
         match cfg.strategy:
             case Strategy.greedy:
-                nbest = [[h] for h in greedy(model, batch.src, batch.src_lens, cfg, attention)]
+                nbest = [
+                    [h] for h in greedy(model, batch.src, batch.src_lens, cfg, attention, lexicon)
+                ]
             case Strategy.beam:
-                nbest = beam_search(model, batch.src, batch.src_lens, cfg, attention)
+                nbest = beam_search(model, batch.src, batch.src_lens, cfg, attention, lexicon)
             case Strategy.sample:
-                nbest = sample(model, batch.src, batch.src_lens, cfg, attention)
+                nbest = sample(model, batch.src, batch.src_lens, cfg, attention, lexicon)
         for i, hyps in zip(index, nbest):
             results[i] = hyps
     return results

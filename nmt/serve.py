@@ -279,7 +279,9 @@ def decode_batch(translator: Translator, key: object, items: list[tuple]) -> lis
     with the same decode settings; one decode for all of them."""
     decode = items[0][1]
     attention = any(want for _, _, want in items)
-    worker = Translator(translator.model, translator.vocabs, decode, translator.device)
+    worker = Translator(
+        translator.model, translator.vocabs, decode, translator.device, translator.lexicon
+    )
     results = worker.translate_full([text for text, _, _ in items], attention)
     return [translation_json(t, want) for t, (_, _, want) in zip(results, items)]
 
@@ -384,7 +386,8 @@ def load_app(cfg: ServeRunConfig) -> Starlette:
     """Load the checkpoint once and build the app around it."""
     ckpt = load_checkpoint(cfg.ckpt)
     device = resolve_device(cfg.device)
-    translator = Translator(restore_model(ckpt, device), ckpt.vocabs, cfg.decode, device)
+    model = restore_model(ckpt, device)
+    translator = Translator(model, ckpt.vocabs, cfg.decode, device, ckpt.lexicon)
     return create_app(translator, cfg, describe_model(translator, ckpt.config, ckpt.payload))
 
 

@@ -280,7 +280,9 @@ class Trainer:
         }
         if self.where.active:
             payload["rng_ranks"] = rng
-        path = save_checkpoint(self.root, self.progress.step, payload, self.cfg, self.data.vocabs)
+        path = save_checkpoint(
+            self.root, self.progress.step, payload, self.cfg, self.data.vocabs, self.data.lexicon
+        )
         if improved:
             point(self.root, "best", path)
         point(self.root, "last", path)
@@ -293,7 +295,7 @@ class Trainer:
         if self.where.main:
             metrics = validate(
                 self.model, self.data.valid, self.data.valid_references, self.data.vocabs,
-                self.cfg, self.device,
+                self.cfg, self.device, self.data.lexicon,
             )  # fmt: skip
             if self.cfg.train.valid_heatmaps:
                 src = self.data.valid.src[: self.cfg.train.valid_heatmaps]

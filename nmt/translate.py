@@ -26,6 +26,7 @@ from nmt.config import DecodeConfig, Strategy, TranslateRunConfig
 from nmt.data import clean
 from nmt.device import resolve_device
 from nmt.errors import NMTError
+from nmt.lexicon import Lexicon
 from nmt.models.seq2seq import Seq2Seq
 from nmt.search import decode_all
 from nmt.tokenizer import EOS, Vocab, Vocabs
@@ -57,12 +58,24 @@ class Translation:
 
 class Translator:
     def __init__(
-        self, model: Seq2Seq, vocabs: Vocabs, decode: DecodeConfig, device: torch.device
+        self,
+        model: Seq2Seq,
+        vocabs: Vocabs,
+        decode: DecodeConfig,
+        device: torch.device,
+        lexicon: Lexicon | None = None,
     ) -> None:
+        """`lexicon` (the checkpoint's) is needed by `decode.shortlist` alone."""
+        if decode.shortlist and lexicon is None:
+            raise NMTError(
+                "decode.shortlist needs the checkpoint's lexicon.pt, and this checkpoint has none "
+                "(written before nmt learned one): python -m nmt.lexicon CKPT_DIR learns it"
+            )
         self.model = model.eval()
         self.vocabs = vocabs
         self.decode = decode
         self.device = device
+        self.lexicon = lexicon
 
     @classmethod
     def from_checkpoint(
@@ -72,7 +85,8 @@ class Translator:
         decode=beam); pass e.g. `DecodeConfig(strategy=Strategy.beam)` for beam search."""
         ckpt = load_checkpoint(path)
         dev = resolve_device(device)
-        return cls(restore_model(ckpt, dev), ckpt.vocabs, decode or ckpt.config.decode, dev)
+        decode = decode or ckpt.config.decode
+        return cls(restore_model(ckpt, dev), ckpt.vocabs, decode, dev, ckpt.lexicon)
 
     def translate(self, sentences: list[str], first_line: int = 1) -> list[str]:
         return [t.text for t in self.translate_full(sentences, False, first_line)]
@@ -97,7 +111,7 @@ class Translator:
                 file=sys.stderr,
                 flush=True,
             )
-        nbests = decode_all(self.model, src_ids, self.decode, self.device, attention)
+        nbests = decode_all(self.model, src_ids, self.decode, self.device, attention, self.lexicon)
         flat = [h.tokens for hyps in nbests for h in hyps]
         # byte pieces could decode to a newline: clean() keeps every text on one line
         texts = iter([clean(t) for t in self.vocabs.tgt.decode(flat)] if flat else [])

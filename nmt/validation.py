@@ -18,6 +18,7 @@ from nmt.config import DecodeConfig, TrainRunConfig
 from nmt.data import Encoded, collate, token_batches
 from nmt.device import autocast
 from nmt.evaluate import bleu
+from nmt.lexicon import Lexicon
 from nmt.loss import batch_loss
 from nmt.models.seq2seq import Seq2Seq
 from nmt.search import decode_all
@@ -32,9 +33,11 @@ def validate(
     vocabs: Vocabs,
     cfg: TrainRunConfig,
     device: torch.device,
+    lexicon: Lexicon | None = None,
 ) -> dict:
     """{"loss", "ppl"} per target token, and "bleu" with `train.valid_bleu` (against the raw
-    `references`, detokenized as nmt-evaluate scores). Leaves the model in training mode."""
+    `references`, detokenized as nmt-evaluate scores; `lexicon` serves `decode.shortlist`).
+    Leaves the model in training mode."""
     model.eval()
     nll, tokens = torch.zeros((), device=device), 0  # summed on the device, read once
     lens_src, lens_tgt = [len(s) for s in data.src], [len(t) for t in data.tgt]
@@ -48,7 +51,7 @@ def validate(
     result = {"loss": nll / tokens, "ppl": math.exp(min(nll / tokens, 50.0))}
     if cfg.train.valid_bleu:
         with autocast(device, cfg.train.precision):
-            hyps = decode_all(model, data.src, cfg.decode, device)
+            hyps = decode_all(model, data.src, cfg.decode, device, lexicon=lexicon)
         result["bleu"] = bleu(vocabs.tgt.decode([h[0].tokens for h in hyps]), references)
     model.train()
     return result

@@ -29,8 +29,10 @@ from nmt.device import describe, resolve_device
 from nmt.translate import Translator
 
 
-def decode_config(strategy: str, beam_size: int, batch_size: int) -> DecodeConfig:
-    base = DecodeConfig(batch_size=batch_size)
+def decode_config(
+    strategy: str, beam_size: int, batch_size: int, shortlist: int = 0, frequent: int = 100
+) -> DecodeConfig:
+    base = DecodeConfig(batch_size=batch_size, shortlist=shortlist, shortlist_frequent=frequent)
     if strategy == "beam":
         return replace(
             base,
@@ -52,6 +54,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--limit", type=int, default=0, help="first N sentences only; 0 = all")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument(
+        "--shortlist", type=int, default=0, help="decode.shortlist (0: every target piece)"
+    )
+    parser.add_argument("--shortlist-frequent", type=int, default=100)
     args = parser.parse_args()
 
     ckpt = load_checkpoint(args.ckpt)
@@ -63,8 +69,10 @@ def main() -> None:
     results = []
     for strategy in args.strategies:
         for batch_size in args.batch_sizes:
-            cfg = decode_config(strategy, args.beam_size, batch_size)
-            translator = Translator(model, ckpt.vocabs, cfg, device)
+            cfg = decode_config(
+                strategy, args.beam_size, batch_size, args.shortlist, args.shortlist_frequent
+            )
+            translator = Translator(model, ckpt.vocabs, cfg, device, ckpt.lexicon)
             translator.translate(sentences[:16])  # warm-up: allocator, kernels, caches
             times = []
             for _ in range(args.repeats):
@@ -80,6 +88,7 @@ def main() -> None:
                     "strategy": strategy,
                     "beam_size": cfg.beam_size if strategy == "beam" else 1,
                     "batch_size": batch_size,
+                    "decode": cfg.describe(),
                     "sentences": len(sentences),
                     "median_s": round(seconds, 3),
                     "sentences_per_s": round(len(sentences) / seconds, 1),

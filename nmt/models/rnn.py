@@ -16,7 +16,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from nmt.config import Bridge, Cell, DecoderStyle, RNNConfig
 from nmt.models.attention import Attention, Prepared, build_attention
 from nmt.models.dropout import Dropout
-from nmt.models.seq2seq import EncoderOutput
+from nmt.models.seq2seq import EncoderOutput, project
 from nmt.tokenizer import PAD
 
 Hidden = Tensor | tuple[Tensor, Tensor]  # GRU: h (L, B, H); LSTM: (h, c)
@@ -142,10 +142,14 @@ class RNNDecoder(nn.Module):
     def run(self, emb: Tensor, state: RNNState) -> tuple[Tensor, Tensor | None, RNNState]:
         raise NotImplementedError
 
-    def step(self, prev: Tensor, state: RNNState) -> tuple[Tensor, Tensor | None, RNNState]:
-        """prev (B,) -> logits (B, V), attention (B, 1, h, S) or None, new state."""
+    def step(
+        self, prev: Tensor, state: RNNState, vocab: Tensor | None = None
+    ) -> tuple[Tensor, Tensor | None, RNNState]:
+        """prev (B,) -> logits (B, V) (or (B, C) over the ids `vocab` (C,)), attention
+        (B, 1, h, S) or None, new state."""
         outputs, weights, state = self.run(self.dropout(self.embed(prev.unsqueeze(1))), state)
-        return self.out(outputs).squeeze(1), None if weights is None else weights.squeeze(1), state
+        logits = project(outputs.squeeze(1), self.out.weight, self.out.bias, vocab)
+        return logits, None if weights is None else weights.squeeze(1), state
 
     def forward(self, tgt_in: Tensor, state: RNNState) -> tuple[Tensor, Tensor | None]:
         """Teacher forcing: tgt_in (B, T) -> logits (B, T, V), attention (B, T, 1, h, S) or None."""

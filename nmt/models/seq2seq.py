@@ -1,13 +1,14 @@
 """The encoder-decoder wrapper and the interfaces every model family implements.
 
-A decoder offers `init_state(encoder_output) -> state`, `step(prev_tokens, state) -> (logits,
-attention, state)` and `forward(tgt_in, state) -> (logits, attention)` (teacher forcing); its state
-offers `reorder(rows, sentences)`. A step may write its caches in place: the state passed to
-`step` is not to be used again, only the one it returns. Attention comes as maps (B, L, h, S) per
-step: L attention layers (1 for the recurrent family), h heads (1 unless multi-head), so a
-Bahdanau scorer and a Transformer head can be shown the same way; teacher forcing may return None
-where computing them would cost speed. Search code (nmt/search.py) only talks to `Seq2Seq`, so it
-never asks which family it runs.
+A decoder offers `init_state(encoder_output) -> state`, `step(prev_tokens, state, vocab=None) ->
+(logits, attention, state)` (`vocab`: score those target ids alone, see `project`) and
+`forward(tgt_in, state) -> (logits, attention)` (teacher forcing); its state offers
+`reorder(rows, sentences)`. A step may write its caches in place: the state passed to `step` is
+not to be used again, only the one it returns. Attention comes as maps (B, L, h, S) per step: L
+attention layers (1 for the recurrent family), h heads (1 unless multi-head), so a Bahdanau scorer
+and a Transformer head can be shown the same way; teacher forcing may return None where computing
+them would cost speed. Search code (nmt/search.py) only talks to `Seq2Seq`, so it never asks which
+family it runs.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 
@@ -55,13 +57,23 @@ class Seq2Seq(nn.Module):
         return self.decoder.init_state(encoded)
 
     def decode_step(
-        self, prev: Tensor, state: DecoderState
+        self, prev: Tensor, state: DecoderState, vocab: Tensor | None = None
     ) -> tuple[Tensor, Tensor | None, DecoderState]:
-        """prev (B,) last tokens -> logits (B, V), attention (B, L, h, S) or None, new state."""
-        return self.decoder.step(prev, state)
+        """prev (B,) last tokens -> logits (B, V), attention (B, L, h, S) or None, new state.
+        With `vocab` (C,) target ids, the logits (B, C) score those alone (a shortlist)."""
+        return self.decoder.step(prev, state, vocab)
 
     def forward(
         self, src: Tensor, src_lens: Tensor, tgt_in: Tensor
     ) -> tuple[Tensor, Tensor | None]:
         """Teacher forcing: tgt_in (B, T) -> logits (B, T, V), attention (B, T, L, h, S) or None."""
         return self.decoder(tgt_in, self.init_state(self.encode(src, src_lens)))
+
+
+def project(x: Tensor, weight: Tensor, bias: Tensor | None, vocab: Tensor | None) -> Tensor:
+    """The output layer: x (.., H) -> logits (.., V) with weight (>= V, H) and bias (V,), V the
+    bias's length (a tied table may be longer); with `vocab` (C,), the logits of those ids alone:
+    a shortlist's product is C/V of the full one."""
+    if vocab is None:
+        return F.linear(x, weight[: weight.size(0) if bias is None else bias.size(0)], bias)
+    return F.linear(x, weight[vocab], None if bias is None else bias[vocab])

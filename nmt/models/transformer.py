@@ -23,7 +23,7 @@ from nmt.config import Activation, Norm, Positions, TransformerConfig
 from nmt.errors import NMTError
 from nmt.models.attention import group_rows, ungroup_rows
 from nmt.models.dropout import Dropout, dropout
-from nmt.models.seq2seq import EncoderOutput
+from nmt.models.seq2seq import EncoderOutput, project
 from nmt.tokenizer import PAD
 
 
@@ -304,11 +304,13 @@ class TransformerDecoder(nn.Module):
             TiedProjection(vocab_size) if cfg.tie_output else nn.Linear(cfg.d_model, vocab_size)
         )
 
-    def project(self, x: Tensor) -> Tensor:
-        """(.., d) -> logits (.., V) over the target vocabulary."""
+    def project(self, x: Tensor, vocab: Tensor | None = None) -> Tensor:
+        """(.., d) -> logits (.., V) over the target vocabulary, or (.., C) over the ids `vocab`."""
         if isinstance(self.out, TiedProjection):
-            return self.out(x, self.embed.table.weight)
-        return self.out(x)
+            if vocab is None:
+                return self.out(x, self.embed.table.weight)
+            return project(x, self.embed.table.weight, self.out.bias, vocab)
+        return project(x, self.out.weight, self.out.bias, vocab)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
         # checkpoints written before TiedProjection also hold the tied table as out.weight
@@ -325,10 +327,11 @@ class TransformerDecoder(nn.Module):
         )  # fmt: skip
 
     def step(
-        self, prev: Tensor, state: TransformerState
+        self, prev: Tensor, state: TransformerState, vocab: Tensor | None = None
     ) -> tuple[Tensor, Tensor, TransformerState]:
-        """prev (R,) -> logits (R, V), cross-attention (R, L, h, S), the state one position on.
-        The self-attention caches are written in place: `state` itself is not to be reused."""
+        """prev (R,) -> logits (R, V) (or (R, C) over the ids `vocab` (C,)), cross-attention
+        (R, L, h, S), the state one position on. The self-attention caches are written in place:
+        `state` itself is not to be reused."""
         x = self.embed(prev.unsqueeze(1), offset=state.position)  # (R, 1, d)
         keys, values, maps = [], [], []
         for i, layer in enumerate(self.layers):
@@ -339,7 +342,7 @@ class TransformerDecoder(nn.Module):
             keys.append(k)
             values.append(v)
             maps.append(w)
-        logits = self.project(self.norm(x)).squeeze(1)
+        logits = self.project(self.norm(x).squeeze(1), vocab)
         new = TransformerState(
             keys, values, state.cross_keys, state.cross_values, state.src_mask, state.position + 1
         )
