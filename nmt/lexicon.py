@@ -27,6 +27,7 @@ from torch import Tensor
 from nmt.config import SHORTLIST_MAX
 from nmt.data import Encoded
 from nmt.errors import NMTError
+from nmt.models.seq2seq import OutputRows
 from nmt.tokenizer import EOS
 
 LEXICON_FILE = "lexicon.pt"
@@ -37,10 +38,12 @@ ITERATIONS = 5  # EM iterations of Model 1; the ranking of the top translations 
 @dataclass
 class Shortlist:
     """The target pieces one batch scores. ids (C,) ascending, so the specials come first and
-    keep their ids (EOS is column EOS); allowed (B, C): which of them each sentence may produce."""
+    keep their ids (EOS is column EOS); allowed (B, C): which of them each sentence may produce;
+    rows: the output layer's rows for `ids` (filled in by the search, once per batch)."""
 
     ids: Tensor
     allowed: Tensor
+    rows: OutputRows | None = None
 
 
 @dataclass

@@ -77,7 +77,9 @@ def constrain(
     return log_probs
 
 
-def _shortlist(cfg: DecodeConfig, lexicon: Lexicon | None, src: Tensor) -> Shortlist | None:
+def _shortlist(
+    model: Seq2Seq, cfg: DecodeConfig, lexicon: Lexicon | None, src: Tensor
+) -> Shortlist | None:
     if not cfg.shortlist:
         return None
     if lexicon is None:
@@ -85,7 +87,9 @@ def _shortlist(cfg: DecodeConfig, lexicon: Lexicon | None, src: Tensor) -> Short
             "decode.shortlist needs the checkpoint's lexicon.pt, and this checkpoint has none "
             "(written before nmt learned one): python -m nmt.lexicon CKPT_DIR learns it"
         )
-    return lexicon.shortlist(src, cfg.shortlist, cfg.shortlist_frequent)
+    shortlist = lexicon.shortlist(src, cfg.shortlist, cfg.shortlist_frequent)
+    shortlist.rows = model.output_rows(shortlist.ids)
+    return shortlist
 
 
 def _next_log_probs(
@@ -104,7 +108,7 @@ def _next_log_probs(
     if shortlist is None:
         logits, weights, state = model.decode_step(prev, state)
     else:
-        logits, weights, state = model.decode_step(shortlist.ids[prev], state, shortlist.ids)
+        logits, weights, state = model.decode_step(shortlist.ids[prev], state, shortlist.rows)
         logits = logits.masked_fill(~allowed, NEG_INF)
     log_probs = torch.log_softmax(logits.float(), dim=-1)  # fp32 whatever the autocast
     return constrain(log_probs, t, min_len, cfg.no_repeat_ngram, history), weights, state
@@ -149,7 +153,7 @@ def _single_path(
     """Greedy (generator None) or sampling: one hypothesis per row of src (B, S)."""
     batch, device = src.size(0), src.device
     max_len, min_len = _limits(cfg, src, src_lens)
-    shortlist = _shortlist(cfg, lexicon, src)
+    shortlist = _shortlist(model, cfg, lexicon, src)
     steps = int(max_len.max())
     tokens = torch.zeros((batch, steps), dtype=torch.long, device=device)
     scores = torch.zeros(batch, device=device)
@@ -247,7 +251,7 @@ def beam_search(
     """
     batch, device, k = src.size(0), src.device, cfg.beam_size
     max_len, min_len = _limits(cfg, src, src_lens)
-    shortlist = _shortlist(cfg, lexicon, src)
+    shortlist = _shortlist(model, cfg, lexicon, src)
     # the first step has one row per sentence (the empty hypothesis); the next ones K rows each
     state = model.init_state(model.encode(src, src_lens))
     sentence = torch.arange(batch, device=device)  # (N,) original index of each live sentence

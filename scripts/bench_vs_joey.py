@@ -20,7 +20,9 @@ the same architectures and batches of 2,048 tokens:
   schedule), so that both translate with trained models of similar output length; then the
   whole CLI run that translates the 1,000 sentences of test2016 with beam 5, batch 64, timed by
   the wall clock (model loading included, as a user waits for it); each output's BLEU and length
-  ratio are reported too.
+  ratio are reported too. nmt runs twice: exact, and with `decode.shortlist=20` (the lexical
+  shortlist, nmt/lexicon.py). --repeats N runs the three commands in turn N times; the ratios
+  are the medians of the ratios within each round, since the machine's speed drifts.
 
 Joey is installed by joey_peer.sh into its own venv under /tmp (never a dependency of nmt). Run
 nothing else meanwhile: two torch processes on two cores slow each other by 10× or more.
@@ -158,6 +160,7 @@ def main() -> None:
     )
     parser.add_argument("--peer-steps", type=int, default=150, help="Joey updates timed")
     parser.add_argument("--translate-steps", type=int, default=600, help="updates before translate")
+    parser.add_argument("--repeats", type=int, default=1, help="rounds of the translate timings")
     args = parser.parse_args()
     data, work = args.data.resolve(), args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -174,10 +177,13 @@ def main() -> None:
             stdout=subprocess.DEVNULL,
         )  # fmt: skip
     sp = nmt_run / "spm.model"
-    # joey_peer.sh installs Joey, links the data and writes vocab.txt into `work`
-    peer = last_json(
-        run([PEER, sp, data, work, args.peer_steps], capture_output=True, env=env).stdout
-    )
+    # joey_peer.sh installs Joey, links the data and writes vocab.txt into `work` (and times
+    # Joey's training, which translating alone does not need once that is done)
+    peer = {}
+    if args.parts != ["translate"] or not (JOEY_PY.exists() and (work / "vocab.txt").exists()):
+        peer = last_json(
+            run([PEER, sp, data, work, args.peer_steps], capture_output=True, env=env).stdout
+        )
     result: dict = {"machine": os.uname().nodename, "threads": os.cpu_count()}
 
     if "train_rnn" in args.parts:
@@ -201,20 +207,32 @@ def main() -> None:
         if not (work / "model-rnn" / "best.ckpt").exists():
             joey_train(cfg)
         test_de, test_en = data / "test_2016_flickr.de", data / "test_2016_flickr.en"
-        joey_out, nmt_out = work / "joey.test.en", work / "nmt.test.en"
-        joey_s = timed([JOEY_PY, "-m", "joeynmt", "translate", cfg], test_de, joey_out)
-        nmt_s = timed(
-            [BIN / "nmt-translate", f"ckpt={nmt_run}/checkpoints/best", "decode=beam",
-             "decode.batch_size=64"],
-            test_de, nmt_out,
-        )  # fmt: skip
+        ckpt = nmt_run / "checkpoints" / "best"
+        if not (ckpt / "lexicon.pt").exists():  # a run from before nmt learned lexicons
+            run([BIN / "python", "-m", "nmt.lexicon", ckpt], stdout=subprocess.DEVNULL)
+        joey_out = work / "joey.test.en"
+        nmt_out, short_out = work / "nmt.test.en", work / "nmt-shortlist.test.en"
+        joey_cmd = [JOEY_PY, "-m", "joeynmt", "translate", cfg]
+        nmt_cmd = [BIN / "nmt-translate", f"ckpt={ckpt}", "decode=beam", "decode.batch_size=64"]
+        short_cmd = [*nmt_cmd, "decode.shortlist=20"]
+        times: dict[str, list[float]] = {"joey": [], "nmt": [], "nmt_shortlist": []}
+        for _ in range(args.repeats):
+            times["joey"].append(timed(joey_cmd, test_de, joey_out))
+            times["nmt"].append(timed(nmt_cmd, test_de, nmt_out))
+            times["nmt_shortlist"].append(timed(short_cmd, test_de, short_out))
+
+        def ratio(ours: str) -> float:  # Joey's time over ours, the median over the rounds
+            return statistics.median(j / n for j, n in zip(times["joey"], times[ours]))
+
         result["translate_test2016_beam5_s"] = {
-            "joey": round(joey_s, 2),
-            "nmt": round(nmt_s, 2),
-            "ratio": joey_s / nmt_s,
+            **{name: round(statistics.median(ts), 2) for name, ts in times.items()},
+            "runs": {name: [round(t, 2) for t in ts] for name, ts in times.items()},
+            "ratio": ratio("nmt"),
+            "ratio_shortlist": ratio("nmt_shortlist"),
             "updates": args.translate_steps,
             "joey_output": bleu(joey_out, test_en),
             "nmt_output": bleu(nmt_out, test_en),
+            "nmt_shortlist_output": bleu(short_out, test_en),
         }
     print(json.dumps(result))
 

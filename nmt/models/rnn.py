@@ -10,13 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from nmt.config import Bridge, Cell, DecoderStyle, RNNConfig
 from nmt.models.attention import Attention, Prepared, build_attention
 from nmt.models.dropout import Dropout
-from nmt.models.seq2seq import EncoderOutput, project
+from nmt.models.seq2seq import EncoderOutput, OutputRows
 from nmt.tokenizer import PAD
 
 Hidden = Tensor | tuple[Tensor, Tensor]  # GRU: h (L, B, H); LSTM: (h, c)
@@ -142,13 +143,17 @@ class RNNDecoder(nn.Module):
     def run(self, emb: Tensor, state: RNNState) -> tuple[Tensor, Tensor | None, RNNState]:
         raise NotImplementedError
 
+    def output_layer(self) -> tuple[Tensor, Tensor | None]:
+        return self.out.weight, self.out.bias
+
     def step(
-        self, prev: Tensor, state: RNNState, vocab: Tensor | None = None
+        self, prev: Tensor, state: RNNState, rows: OutputRows | None = None
     ) -> tuple[Tensor, Tensor | None, RNNState]:
-        """prev (B,) -> logits (B, V) (or (B, C) over the ids `vocab` (C,)), attention
-        (B, 1, h, S) or None, new state."""
+        """prev (B,) -> logits (B, V) (or (B, C) for `rows`), attention (B, 1, h, S) or None,
+        new state."""
         outputs, weights, state = self.run(self.dropout(self.embed(prev.unsqueeze(1))), state)
-        logits = project(outputs.squeeze(1), self.out.weight, self.out.bias, vocab)
+        outputs = outputs.squeeze(1)
+        logits = self.out(outputs) if rows is None else F.linear(outputs, rows.weight, rows.bias)
         return logits, None if weights is None else weights.squeeze(1), state
 
     def forward(self, tgt_in: Tensor, state: RNNState) -> tuple[Tensor, Tensor | None]:

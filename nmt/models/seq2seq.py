@@ -1,8 +1,9 @@
 """The encoder-decoder wrapper and the interfaces every model family implements.
 
-A decoder offers `init_state(encoder_output) -> state`, `step(prev_tokens, state, vocab=None) ->
-(logits, attention, state)` (`vocab`: score those target ids alone, see `project`) and
-`forward(tgt_in, state) -> (logits, attention)` (teacher forcing); its state offers
+A decoder offers `init_state(encoder_output) -> state`, `step(prev_tokens, state, rows=None) ->
+(logits, attention, state)` (`rows`: an `OutputRows` slice of the output layer, whose logits are
+the only ones computed), `output_layer() -> (weight, bias)` and `forward(tgt_in, state) ->
+(logits, attention)` (teacher forcing); its state offers
 `reorder(rows, sentences)`. A step may write its caches in place: the state passed to `step` is
 not to be used again, only the one it returns. Attention comes as maps (B, L, h, S) per step: L
 attention layers (1 for the recurrent family), h heads (1 unless multi-head), so a Bahdanau scorer
@@ -16,8 +17,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-import torch.nn.functional as F
 from torch import Tensor, nn
+
+
+@dataclass
+class OutputRows:
+    """Rows of the output layer: logits = x weightᵀ + bias score the target ids `ids` alone."""
+
+    ids: Tensor  # (C,)
+    weight: Tensor  # (C, H)
+    bias: Tensor | None  # (C,)
 
 
 @dataclass
@@ -57,23 +66,20 @@ class Seq2Seq(nn.Module):
         return self.decoder.init_state(encoded)
 
     def decode_step(
-        self, prev: Tensor, state: DecoderState, vocab: Tensor | None = None
+        self, prev: Tensor, state: DecoderState, rows: OutputRows | None = None
     ) -> tuple[Tensor, Tensor | None, DecoderState]:
         """prev (B,) last tokens -> logits (B, V), attention (B, L, h, S) or None, new state.
-        With `vocab` (C,) target ids, the logits (B, C) score those alone (a shortlist)."""
-        return self.decoder.step(prev, state, vocab)
+        With `rows` (see `output_rows`), the logits (B, C) of those C target ids alone."""
+        return self.decoder.step(prev, state, rows)
+
+    def output_rows(self, ids: Tensor) -> OutputRows:
+        """The output layer's rows for the target ids `ids` (C,): a shortlist's layer, sliced once
+        per batch and used at every step (its product costs C/V of the full one)."""
+        weight, bias = self.decoder.output_layer()
+        return OutputRows(ids, weight[ids], None if bias is None else bias[ids])
 
     def forward(
         self, src: Tensor, src_lens: Tensor, tgt_in: Tensor
     ) -> tuple[Tensor, Tensor | None]:
         """Teacher forcing: tgt_in (B, T) -> logits (B, T, V), attention (B, T, L, h, S) or None."""
         return self.decoder(tgt_in, self.init_state(self.encode(src, src_lens)))
-
-
-def project(x: Tensor, weight: Tensor, bias: Tensor | None, vocab: Tensor | None) -> Tensor:
-    """The output layer: x (.., H) -> logits (.., V) with weight (>= V, H) and bias (V,), V the
-    bias's length (a tied table may be longer); with `vocab` (C,), the logits of those ids alone:
-    a shortlist's product is C/V of the full one."""
-    if vocab is None:
-        return F.linear(x, weight[: weight.size(0) if bias is None else bias.size(0)], bias)
-    return F.linear(x, weight[vocab], None if bias is None else bias[vocab])

@@ -23,7 +23,7 @@ from nmt.config import Activation, Norm, Positions, TransformerConfig
 from nmt.errors import NMTError
 from nmt.models.attention import group_rows, ungroup_rows
 from nmt.models.dropout import Dropout, dropout
-from nmt.models.seq2seq import EncoderOutput, project
+from nmt.models.seq2seq import EncoderOutput, OutputRows
 from nmt.tokenizer import PAD
 
 
@@ -304,13 +304,19 @@ class TransformerDecoder(nn.Module):
             TiedProjection(vocab_size) if cfg.tie_output else nn.Linear(cfg.d_model, vocab_size)
         )
 
-    def project(self, x: Tensor, vocab: Tensor | None = None) -> Tensor:
-        """(.., d) -> logits (.., V) over the target vocabulary, or (.., C) over the ids `vocab`."""
+    def output_layer(self) -> tuple[Tensor, Tensor | None]:
+        """(weight (V, d), bias (V,)); tied, the first V rows of the embedding table."""
         if isinstance(self.out, TiedProjection):
-            if vocab is None:
-                return self.out(x, self.embed.table.weight)
-            return project(x, self.embed.table.weight, self.out.bias, vocab)
-        return project(x, self.out.weight, self.out.bias, vocab)
+            return self.embed.table.weight[: self.out.bias.size(0)], self.out.bias
+        return self.out.weight, self.out.bias
+
+    def project(self, x: Tensor, rows: OutputRows | None = None) -> Tensor:
+        """(.., d) -> logits (.., V) over the target vocabulary, or (.., C) for `rows`."""
+        if rows is not None:
+            return F.linear(x, rows.weight, rows.bias)
+        if isinstance(self.out, TiedProjection):
+            return self.out(x, self.embed.table.weight)
+        return self.out(x)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
         # checkpoints written before TiedProjection also hold the tied table as out.weight
@@ -327,11 +333,11 @@ class TransformerDecoder(nn.Module):
         )  # fmt: skip
 
     def step(
-        self, prev: Tensor, state: TransformerState, vocab: Tensor | None = None
+        self, prev: Tensor, state: TransformerState, rows: OutputRows | None = None
     ) -> tuple[Tensor, Tensor, TransformerState]:
-        """prev (R,) -> logits (R, V) (or (R, C) over the ids `vocab` (C,)), cross-attention
-        (R, L, h, S), the state one position on. The self-attention caches are written in place:
-        `state` itself is not to be reused."""
+        """prev (R,) -> logits (R, V) (or (R, C) for `rows`), cross-attention (R, L, h, S), the
+        state one position on. The self-attention caches are written in place: `state` itself is
+        not to be reused."""
         x = self.embed(prev.unsqueeze(1), offset=state.position)  # (R, 1, d)
         keys, values, maps = [], [], []
         for i, layer in enumerate(self.layers):
@@ -342,7 +348,7 @@ class TransformerDecoder(nn.Module):
             keys.append(k)
             values.append(v)
             maps.append(w)
-        logits = self.project(self.norm(x).squeeze(1), vocab)
+        logits = self.project(self.norm(x).squeeze(1), rows)
         new = TransformerState(
             keys, values, state.cross_keys, state.cross_values, state.src_mask, state.position + 1
         )
