@@ -1,14 +1,15 @@
 """A lexical translation table learned from the training corpus, and the shortlists it gives.
 
-Beam search spends most of a step on the output layer: the (R, H) x (H, V) product, the softmax
-and the top-k over all V target pieces. A sentence needs few of them. `Lexicon` keeps, for every
-source piece, the target pieces most likely to translate it (IBM Model 1, Brown et al. 1993,
-trained by EM on the training pairs), and the target pieces by frequency. `decode.shortlist=N`
-then scores only, per sentence, the N best translations of each of its source pieces, the
-`decode.shortlist_frequent` most frequent target pieces and the special ones: Marian's lexical
-shortlists and CTranslate2's vocabulary maps work the same way. It is an approximation (a piece
-outside the list cannot be produced, and the softmax is taken over the list), so it is off by
-default; docs/benchmarks.md measures what it costs in BLEU and gains in speed.
+The output layer is the largest product of a recurrent decoder's step: (R, H) x (H, V), and the
+softmax and top-k after it run over all V target pieces too. A sentence needs few of them.
+`Lexicon` keeps, for every source piece, the target pieces most likely to translate it (IBM Model
+1, Brown et al. 1993, trained by EM on the training pairs), and the target pieces by frequency.
+`decode.shortlist=N` then scores only, per sentence, the N best translations of each of its
+source pieces, the `decode.shortlist_frequent` most frequent target pieces and the special ones:
+Marian's lexical shortlists and CTranslate2's vocabulary maps work the same way. It is an
+approximation (a piece outside the list cannot be produced, and the softmax is taken over the
+list), so it is off by default; docs/benchmarks.md measures what it costs in BLEU and gains in
+speed.
 
 The table is learned by `nmt-train` before the first update (seconds) and travels with every
 checkpoint as lexicon.pt. For a checkpoint written without one: `python -m nmt.lexicon CKPT_DIR`.
@@ -31,6 +32,10 @@ from nmt.models.seq2seq import OutputRows
 from nmt.tokenizer import EOS
 
 LEXICON_FILE = "lexicon.pt"
+NO_LEXICON = (
+    "decode.shortlist needs the checkpoint's lexicon.pt, and this checkpoint has none (written "
+    "before nmt learned one): python -m nmt.lexicon CKPT_DIR learns it"
+)
 SPECIALS = EOS + 1  # PAD, UNK, BOS, EOS: ids 0..3 on both sides, always scored
 ITERATIONS = 5  # EM iterations of Model 1; the ranking of the top translations settles by then
 
@@ -51,6 +56,11 @@ class Lexicon:
     translations: Tensor  # (V_src, SHORTLIST_MAX) target ids, best first; -1 where there are fewer
     frequent: Tensor  # (V_tgt,) every target id, the most frequent in training first
 
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(source, target) vocabulary sizes the table was learned for."""
+        return self.translations.size(0), self.frequent.numel()
+
     def shortlist(self, src: Tensor, per_source: int, frequent: int) -> Shortlist:
         """The pieces a batch of sources src (B, S) may produce, on src's device."""
         device = src.device
@@ -61,10 +71,7 @@ class Lexicon:
         allowed = torch.zeros((batch, vocab), dtype=torch.bool, device=device)
         allowed[:, :SPECIALS] = True
         allowed[:, self.frequent[:frequent]] = True
-        # an id outside the table (a source vocabulary larger than the lexicon's) is left out
-        known = src.clamp(max=self.translations.size(0) - 1)
-        candidates = self.translations[known, :per_source]  # (B, S, n); PAD and EOS rows are -1
-        candidates = candidates.masked_fill((src >= self.translations.size(0)).unsqueeze(-1), -1)
+        candidates = self.translations[src, :per_source]  # (B, S, n); PAD and EOS rows are -1
         sentence = torch.arange(batch, device=device).view(-1, 1, 1).expand_as(candidates)
         found = candidates >= 0
         allowed[sentence[found], candidates[found]] = True
@@ -72,7 +79,8 @@ class Lexicon:
         return Shortlist(ids, allowed[:, ids])
 
     def save(self, path: Path) -> None:
-        torch.save({"translations": self.translations.int(), "frequent": self.frequent.int()}, path)
+        table = {"translations": self.translations.int(), "frequent": self.frequent.int()}
+        torch.save({k: v.cpu() for k, v in table.items()}, path)
 
 
 def load_lexicon(directory: Path) -> Lexicon | None:

@@ -28,7 +28,7 @@ from torch import Tensor
 from nmt.config import DecodeConfig, Strategy
 from nmt.data import collate
 from nmt.errors import NMTError
-from nmt.lexicon import Lexicon, Shortlist
+from nmt.lexicon import NO_LEXICON, Lexicon, Shortlist
 from nmt.models.seq2seq import Seq2Seq
 from nmt.tokenizer import BOS, EOS
 
@@ -83,10 +83,7 @@ def _shortlist(
     if not cfg.shortlist:
         return None
     if lexicon is None:
-        raise NMTError(
-            "decode.shortlist needs the checkpoint's lexicon.pt, and this checkpoint has none "
-            "(written before nmt learned one): python -m nmt.lexicon CKPT_DIR learns it"
-        )
+        raise NMTError(NO_LEXICON)
     shortlist = lexicon.shortlist(src, cfg.shortlist, cfg.shortlist_frequent)
     shortlist.rows = model.output_rows(shortlist.ids)
     return shortlist

@@ -26,7 +26,7 @@ from nmt.config import DecodeConfig, Strategy, TranslateRunConfig
 from nmt.data import clean
 from nmt.device import resolve_device
 from nmt.errors import NMTError
-from nmt.lexicon import Lexicon
+from nmt.lexicon import NO_LEXICON, Lexicon
 from nmt.models.seq2seq import Seq2Seq
 from nmt.search import decode_all
 from nmt.tokenizer import EOS, Vocab, Vocabs
@@ -67,9 +67,11 @@ class Translator:
     ) -> None:
         """`lexicon` (the checkpoint's) is needed by `decode.shortlist` alone."""
         if decode.shortlist and lexicon is None:
+            raise NMTError(NO_LEXICON)
+        if decode.shortlist and lexicon.shape != (len(vocabs.src), len(vocabs.tgt)):
             raise NMTError(
-                "decode.shortlist needs the checkpoint's lexicon.pt, and this checkpoint has none "
-                "(written before nmt learned one): python -m nmt.lexicon CKPT_DIR learns it"
+                "the checkpoint's lexicon.pt was learned for another vocabulary: "
+                "python -m nmt.lexicon CKPT_DIR learns it again"
             )
         self.model = model.eval()
         self.vocabs = vocabs

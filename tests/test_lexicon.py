@@ -175,6 +175,11 @@ def test_training_saves_the_lexicon_and_translate_uses_it(train_small, tmp_path,
     assert torch.equal(load_lexicon(bare).translations, ckpt.lexicon.translations)
     assert Translator.from_checkpoint(bare, shortlisted, "cpu").translate(sentences) == out
 
+    # a lexicon of another vocabulary (copied from another run) is refused, not trusted
+    Lexicon(ckpt.lexicon.translations[:-1], ckpt.lexicon.frequent).save(bare / LEXICON_FILE)
+    with pytest.raises(NMTError, match="another vocabulary"):
+        Translator.from_checkpoint(bare, shortlisted, "cpu")
+
 
 def test_a_shortlist_out_of_range_is_a_config_error():
     with pytest.raises(NMTError, match="decode.shortlist must be in 0..64"):

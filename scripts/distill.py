@@ -1,0 +1,82 @@
+"""Sequence-level knowledge distillation (Kim & Rush 2016): a teacher translates the training
+sources, and a student trains on the teacher's translations instead of the references.
+
+    python scripts/distill.py runs/tf_long/checkpoints/best --data ../shared/data/multi30k \\
+        --out runs/distill-multi30k --alpha 1.5
+    nmt-train experiment=multi30k_gru_kd    # the student (data.local_dir=runs/distill-multi30k)
+
+Writes OUT/<train>.<tgt> (the teacher's beam-5 translation of each training source, line for
+line) and links every other file of DATA into OUT (the training sources, valid and test with
+their references), so OUT is a data.local_dir like DATA. Prints one JSON object: the sentences,
+the seconds, and the BLEU and length ratio of the teacher's output against the training
+references (how far the student's targets are from the human ones).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from sacrebleu.metrics import BLEU
+
+from nmt.checkpoint import load_checkpoint, restore_model
+from nmt.config import DecodeConfig, LengthPenalty, Strategy
+from nmt.data import read_lines
+from nmt.device import resolve_device
+from nmt.translate import Translator
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("teacher", help="checkpoint directory of the teacher")
+    parser.add_argument("--data", type=Path, required=True, help="directory of plain text files")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--train", default="train", help="file stem of the training split")
+    parser.add_argument("--beam-size", type=int, default=5)
+    parser.add_argument("--alpha", type=float, default=1.0, help="gnmt length penalty")
+    parser.add_argument("--device", default="auto")
+    args = parser.parse_args()
+
+    ckpt, device = load_checkpoint(args.teacher), resolve_device(args.device)
+    decode = DecodeConfig(
+        strategy=Strategy.beam,
+        beam_size=args.beam_size,
+        length_penalty=LengthPenalty.gnmt,
+        alpha=args.alpha,
+    )
+    translator = Translator(restore_model(ckpt, device), ckpt.vocabs, decode, device)
+    src_lang, tgt_lang = ckpt.config.data.src_lang, ckpt.config.data.tgt_lang
+    sources = read_lines(args.data / f"{args.train}.{src_lang}")
+    references = read_lines(args.data / f"{args.train}.{tgt_lang}")
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    target = args.out / f"{args.train}.{tgt_lang}"
+    for path in sorted(args.data.iterdir()):
+        link = args.out / path.name
+        if path.is_file() and link != target and not link.exists():
+            link.symlink_to(path.resolve())
+    began = time.perf_counter()
+    outputs = translator.translate(sources)
+    seconds = time.perf_counter() - began
+    target.write_text("".join(line + "\n" for line in outputs), encoding="utf-8")
+    score = BLEU().corpus_score(outputs, [references])
+    print(
+        json.dumps(
+            {
+                "benchmark": "distill",
+                "teacher": str(Path(args.teacher).resolve()),
+                "decode": decode.describe(),
+                "sentences": len(sources),
+                "seconds": round(seconds, 1),
+                "teacher_vs_references_bleu": round(score.score, 2),
+                "length_ratio": round(score.sys_len / score.ref_len, 3),
+                "out": str(target),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""scripts/distill.py: the teacher's translations replace the training targets line for line, the
+other files are linked, and a student trains on the result as on any data.local_dir."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from nmt import cli
+from nmt.config import DecodeConfig, LengthPenalty, Strategy
+from nmt.data import read_lines
+from nmt.translate import Translator
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_a_student_trains_on_the_teachers_translations(train_small, demo_dir, tmp_path):
+    teacher = train_small("gru")
+    out = tmp_path / "distilled"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "distill.py"), str(teacher), "--data",
+         str(demo_dir), "--out", str(out), "--beam-size", "2"],
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    sources = read_lines(demo_dir / "train.de")
+    assert report["sentences"] == len(sources)
+    targets = read_lines(out / "train.en")
+    assert len(targets) == len(sources) and (out / "train.en").is_file()
+    assert not (out / "train.en").is_symlink() and (out / "train.de").is_symlink()
+    assert read_lines(out / "valid.en") == read_lines(demo_dir / "valid.en")
+    # what the script wrote is what the teacher says, batched differently
+    beam = DecodeConfig(strategy=Strategy.beam, beam_size=2, length_penalty=LengthPenalty.gnmt,
+                        alpha=1.0)  # fmt: skip
+    check = Translator.from_checkpoint(teacher, beam, "cpu")
+    assert check.translate(sources[:20]) == targets[:20]
+
+    run = tmp_path / "student"
+    args = ["data=demo", f"data.local_dir={out}", f"run_dir={run}", "data.tokenizer.vocab_size=400"]
+    args += ["model=gru_bahdanau", "model.emb_size=32", "model.hidden_size=32"]
+    assert cli.train([*args, "train.max_steps=4", "train.valid_every=4"]) == 0
+    assert (run / "checkpoints" / "best").exists()
