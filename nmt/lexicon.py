@@ -44,11 +44,11 @@ ITERATIONS = 5  # EM iterations of Model 1; the ranking of the top translations 
 class Shortlist:
     """The target pieces one batch scores. ids (C,) ascending, so the specials come first and
     keep their ids (EOS is column EOS); allowed (B, C): which of them each sentence may produce;
-    rows: the output layer's rows for `ids` (filled in by the search, once per batch)."""
+    output: the output layer's rows for `ids` (filled in by the search, once per batch)."""
 
     ids: Tensor
     allowed: Tensor
-    rows: OutputRows | None = None
+    output: OutputRows | None = None
 
 
 @dataclass

@@ -85,7 +85,7 @@ def _shortlist(
     if lexicon is None:
         raise NMTError(NO_LEXICON)
     shortlist = lexicon.shortlist(src, cfg.shortlist, cfg.shortlist_frequent)
-    shortlist.rows = model.output_rows(shortlist.ids)
+    shortlist.output = model.output_rows(shortlist.ids)
     return shortlist
 
 
@@ -105,7 +105,7 @@ def _next_log_probs(
     if shortlist is None:
         logits, weights, state = model.decode_step(prev, state)
     else:
-        logits, weights, state = model.decode_step(shortlist.ids[prev], state, shortlist.rows)
+        logits, weights, state = model.decode_step(shortlist.ids[prev], state, shortlist.output)
         logits = logits.masked_fill(~allowed, NEG_INF)
     log_probs = torch.log_softmax(logits.float(), dim=-1)  # fp32 whatever the autocast
     return constrain(log_probs, t, min_len, cfg.no_repeat_ngram, history), weights, state

@@ -147,13 +147,16 @@ class RNNDecoder(nn.Module):
         return self.out.weight, self.out.bias
 
     def step(
-        self, prev: Tensor, state: RNNState, rows: OutputRows | None = None
+        self, prev: Tensor, state: RNNState, output: OutputRows | None = None
     ) -> tuple[Tensor, Tensor | None, RNNState]:
-        """prev (B,) -> logits (B, V) (or (B, C) for `rows`), attention (B, 1, h, S) or None,
+        """prev (B,) -> logits (B, V) (or (B, C) for `output`), attention (B, 1, h, S) or None,
         new state."""
         outputs, weights, state = self.run(self.dropout(self.embed(prev.unsqueeze(1))), state)
         outputs = outputs.squeeze(1)
-        logits = self.out(outputs) if rows is None else F.linear(outputs, rows.weight, rows.bias)
+        if output is None:
+            logits = self.out(outputs)
+        else:
+            logits = F.linear(outputs, output.weight, output.bias)
         return logits, None if weights is None else weights.squeeze(1), state
 
     def forward(self, tgt_in: Tensor, state: RNNState) -> tuple[Tensor, Tensor | None]:

@@ -1,15 +1,14 @@
 """The encoder-decoder wrapper and the interfaces every model family implements.
 
-A decoder offers `init_state(encoder_output) -> state`, `step(prev_tokens, state, rows=None) ->
-(logits, attention, state)` (`rows`: an `OutputRows` slice of the output layer, whose logits are
-the only ones computed), `output_layer() -> (weight, bias)` and `forward(tgt_in, state) ->
-(logits, attention)` (teacher forcing); its state offers
-`reorder(rows, sentences)`. A step may write its caches in place: the state passed to `step` is
-not to be used again, only the one it returns. Attention comes as maps (B, L, h, S) per step: L
-attention layers (1 for the recurrent family), h heads (1 unless multi-head), so a Bahdanau scorer
-and a Transformer head can be shown the same way; teacher forcing may return None where computing
-them would cost speed. Search code (nmt/search.py) only talks to `Seq2Seq`, so it never asks which
-family it runs.
+A decoder offers `init_state(encoder_output) -> state`, `step(prev_tokens, state, output=None)
+-> (logits, attention, state)` (`output`: `OutputRows`, a slice of the output layer whose logits
+are the only ones computed), `output_layer() -> (weight, bias)` and `forward(tgt_in, state) ->
+(logits, attention)` (teacher forcing); its state offers `reorder(rows, sentences)`. A step may
+write its caches in place: the state passed to `step` is not to be used again, only the one it
+returns. Attention comes as maps (B, L, h, S) per step: L attention layers (1 for the recurrent
+family), h heads (1 unless multi-head), so a Bahdanau scorer and a Transformer head can be shown
+the same way; teacher forcing may return None where computing them would cost speed. Search code
+(nmt/search.py) only talks to `Seq2Seq`, so it never asks which family it runs.
 """
 
 from __future__ import annotations
@@ -22,9 +21,8 @@ from torch import Tensor, nn
 
 @dataclass
 class OutputRows:
-    """Rows of the output layer: logits = x weightᵀ + bias score the target ids `ids` alone."""
+    """Some rows of the output layer: logits = x weightᵀ + bias score those C target ids alone."""
 
-    ids: Tensor  # (C,)
     weight: Tensor  # (C, H)
     bias: Tensor | None  # (C,)
 
@@ -66,17 +64,17 @@ class Seq2Seq(nn.Module):
         return self.decoder.init_state(encoded)
 
     def decode_step(
-        self, prev: Tensor, state: DecoderState, rows: OutputRows | None = None
+        self, prev: Tensor, state: DecoderState, output: OutputRows | None = None
     ) -> tuple[Tensor, Tensor | None, DecoderState]:
         """prev (B,) last tokens -> logits (B, V), attention (B, L, h, S) or None, new state.
-        With `rows` (see `output_rows`), the logits (B, C) of those C target ids alone."""
-        return self.decoder.step(prev, state, rows)
+        With `output` (see `output_rows`), the logits (B, C) of its C target ids alone."""
+        return self.decoder.step(prev, state, output)
 
     def output_rows(self, ids: Tensor) -> OutputRows:
         """The output layer's rows for the target ids `ids` (C,): a shortlist's layer, sliced once
         per batch and used at every step (its product costs C/V of the full one)."""
         weight, bias = self.decoder.output_layer()
-        return OutputRows(ids, weight[ids], None if bias is None else bias[ids])
+        return OutputRows(weight[ids], None if bias is None else bias[ids])
 
     def forward(
         self, src: Tensor, src_lens: Tensor, tgt_in: Tensor

@@ -310,10 +310,10 @@ class TransformerDecoder(nn.Module):
             return self.embed.table.weight[: self.out.bias.size(0)], self.out.bias
         return self.out.weight, self.out.bias
 
-    def project(self, x: Tensor, rows: OutputRows | None = None) -> Tensor:
-        """(.., d) -> logits (.., V) over the target vocabulary, or (.., C) for `rows`."""
-        if rows is not None:
-            return F.linear(x, rows.weight, rows.bias)
+    def project(self, x: Tensor, output: OutputRows | None = None) -> Tensor:
+        """(.., d) -> logits (.., V) over the target vocabulary, or (.., C) for `output`."""
+        if output is not None:
+            return F.linear(x, output.weight, output.bias)
         if isinstance(self.out, TiedProjection):
             return self.out(x, self.embed.table.weight)
         return self.out(x)
@@ -333,9 +333,9 @@ class TransformerDecoder(nn.Module):
         )  # fmt: skip
 
     def step(
-        self, prev: Tensor, state: TransformerState, rows: OutputRows | None = None
+        self, prev: Tensor, state: TransformerState, output: OutputRows | None = None
     ) -> tuple[Tensor, Tensor, TransformerState]:
-        """prev (R,) -> logits (R, V) (or (R, C) for `rows`), cross-attention (R, L, h, S), the
+        """prev (R,) -> logits (R, V) (or (R, C) for `output`), cross-attention (R, L, h, S), the
         state one position on. The self-attention caches are written in place: `state` itself is
         not to be reused."""
         x = self.embed(prev.unsqueeze(1), offset=state.position)  # (R, 1, d)
@@ -348,7 +348,7 @@ class TransformerDecoder(nn.Module):
             keys.append(k)
             values.append(v)
             maps.append(w)
-        logits = self.project(self.norm(x).squeeze(1), rows)
+        logits = self.project(self.norm(x).squeeze(1), output)
         new = TransformerState(
             keys, values, state.cross_keys, state.cross_values, state.src_mask, state.position + 1
         )
