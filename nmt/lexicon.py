@@ -61,8 +61,10 @@ class Lexicon:
         """(source, target) vocabulary sizes the table was learned for."""
         return self.translations.size(0), self.frequent.numel()
 
-    def shortlist(self, src: Tensor, per_source: int, frequent: int) -> Shortlist:
-        """The pieces a batch of sources src (B, S) may produce, on src's device."""
+    def shortlist(self, src: Tensor, per_source: int, frequent: int, columns: int = 0) -> Shortlist:
+        """The pieces a batch of sources src (B, S) may produce, on src's device. The batch
+        scores at least `columns` pieces (the most frequent fill up the union, allowed to no
+        sentence), so that a beam's 2K candidates always exist, however short the lists."""
         device = src.device
         if self.translations.device != device:  # once per device: later batches find it there
             self.translations = self.translations.to(device)
@@ -75,7 +77,9 @@ class Lexicon:
         sentence = torch.arange(batch, device=device).view(-1, 1, 1).expand_as(candidates)
         found = candidates >= 0
         allowed[sentence[found], candidates[found]] = True
-        ids = allowed.any(dim=0).nonzero().squeeze(1)
+        scored = allowed.any(dim=0)
+        scored[self.frequent[:columns]] = True
+        ids = scored.nonzero().squeeze(1)
         return Shortlist(ids, allowed[:, ids])
 
     def save(self, path: Path) -> None:

@@ -84,7 +84,9 @@ def _shortlist(
         return None
     if lexicon is None:
         raise NMTError(NO_LEXICON)
-    shortlist = lexicon.shortlist(src, cfg.shortlist, cfg.shortlist_frequent)
+    # a beam picks among 2K candidates of the first step's single row: never fewer columns
+    columns = 2 * cfg.beam_size + 1 if cfg.strategy == Strategy.beam else 0
+    shortlist = lexicon.shortlist(src, cfg.shortlist, cfg.shortlist_frequent, columns)
     shortlist.output = model.output_rows(shortlist.ids)
     return shortlist
 

@@ -186,3 +186,23 @@ def test_a_shortlist_out_of_range_is_a_config_error():
         DecodeConfig(shortlist=SHORTLIST_MAX + 1)
     with pytest.raises(NMTError, match="shortlist_frequent >= 0"):
         DecodeConfig(shortlist_frequent=-1)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_beam_wider_than_a_sentences_list_still_ends_every_sentence(family):
+    """Six pieces may be all a sentence allows (four specials, one frequent, one translation):
+    a beam of 8 then carries hypotheses of probability 0, which never finish; every sentence
+    still ends, with finite scores, and only listed pieces."""
+    model, lexicon = random_model(family), random_lexicon(1)
+    sources = random_sources(9, 6)
+    cfg = DecodeConfig(strategy=Strategy.beam, beam_size=8, n_best=3, max_len_a=1.0, max_len_b=3,
+                       shortlist=1, shortlist_frequent=1)  # fmt: skip
+    results = decode_all(model, sources, cfg, CPU, False, lexicon)
+    alone = decode_all(model, sources, replace(cfg, batch_size=1), CPU, False, lexicon)
+    assert [[h.tokens for h in n] for n in alone] == [[h.tokens for h in n] for n in results]
+    for source, nbest in zip(sources, results):
+        assert 1 <= len(nbest) <= 3
+        assert all(h.score > float("-inf") for h in nbest)
+        shortlist = lexicon.shortlist(batch_of([source]).src, 1, 1)
+        listed = set(shortlist.ids[shortlist.allowed[0]].tolist())
+        assert all(set(h.tokens) <= listed for h in nbest)
