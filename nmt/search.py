@@ -162,10 +162,13 @@ def _single_path(
     state = model.init_state(model.encode(src, src_lens))
     prev = torch.full((batch,), BOS, dtype=torch.long, device=device)
     alive = torch.arange(batch, device=device)  # original rows still decoding
+    allowed: Tensor | None = None  # (R, C): the shortlist's pieces each row may produce
     for t in range(steps):
         # the token history is gathered only when the n-gram constraint reads it
         history = tokens[alive, :t] if cfg.no_repeat_ngram else None
-        allowed = None if shortlist is None else shortlist.allowed[alive]
+        # a row's list changes only when rows leave (then the row count changes)
+        if shortlist is not None and (allowed is None or allowed.size(0) != alive.numel()):
+            allowed = shortlist.allowed[alive]
         log_probs, weights, state = _next_log_probs(
             model, prev, state, t, min_len[alive], cfg, history, shortlist, allowed
         )
@@ -259,14 +262,15 @@ def beam_search(
     maps: Tensor | None = None  # (R, t, L, h, S)
     prev = torch.full((batch,), BOS, dtype=torch.long, device=device)
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    allowed: Tensor | None = None  # (R, C): the shortlist's pieces each row may produce
     n_finished = torch.zeros(batch, dtype=torch.long, device=device)
     enough = max(cfg.n_best, math.ceil(cfg.patience * k))  # finished hypotheses that end a sentence
 
     for t in range(int(max_len.max())):
         live, width = scores.shape
         row_min = min_len[sentence].repeat_interleave(width)
-        allowed = None
-        if shortlist is not None:
+        # rows' lists change only when sentences leave or the beam widens: both change R
+        if shortlist is not None and (allowed is None or allowed.size(0) != live * width):
             allowed = shortlist.allowed[sentence].repeat_interleave(width, dim=0)  # (R, C)
         log_probs, weights, state = _next_log_probs(
             model, prev, state, t, row_min, cfg, history, shortlist, allowed
