@@ -7,7 +7,9 @@ sources, and a student trains on the teacher's translations instead of the refer
 
 Writes OUT/<train>.<tgt> (the teacher's beam-5 translation of each training source, line for
 line) and links every other file of DATA into OUT (the training sources, valid and test with
-their references), so OUT is a data.local_dir like DATA. Prints one JSON object: the sentences,
+their references), so OUT is a data.local_dir like DATA. With --with-references the student gets
+both: OUT/<train>.<src> holds the sources twice and OUT/<train>.<tgt> the references, then the
+teacher's translations (experiment=multi30k_gru_kd_both). Prints one JSON object: the sentences,
 the seconds, and the BLEU and length ratio of the teacher's output against the training
 references (how far the student's targets are from the human ones).
 """
@@ -28,6 +30,11 @@ from nmt.device import resolve_device
 from nmt.translate import Translator
 
 
+def _write(path: Path, lines: list[str]) -> None:
+    path.unlink(missing_ok=True)  # may be a link to DATA, left by a run without --with-references
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("teacher", help="checkpoint directory of the teacher")
@@ -37,7 +44,14 @@ def main() -> None:
     parser.add_argument("--beam-size", type=int, default=5)
     parser.add_argument("--alpha", type=float, default=1.0, help="gnmt length penalty")
     parser.add_argument("--device", default="auto")
+    parser.add_argument(
+        "--with-references",
+        action="store_true",
+        help="train on the references and the translations (each source twice)",
+    )
     args = parser.parse_args()
+    if args.out.resolve() == args.data.resolve():
+        parser.error("--out must not be --data: the training targets would be replaced")
 
     ckpt, device = load_checkpoint(args.teacher), resolve_device(args.device)
     decode = DecodeConfig(
@@ -53,14 +67,21 @@ def main() -> None:
 
     args.out.mkdir(parents=True, exist_ok=True)
     target = args.out / f"{args.train}.{tgt_lang}"
+    source = args.out / f"{args.train}.{src_lang}"
+    written = {target, source} if args.with_references else {target}
     for path in sorted(args.data.iterdir()):
         link = args.out / path.name
-        if path.is_file() and link != target and not link.exists():
+        if path.is_file() and link not in written:
+            link.unlink(missing_ok=True)  # a file an earlier run wrote, with other options
             link.symlink_to(path.resolve())
     began = time.perf_counter()
     outputs = translator.translate(sources)
     seconds = time.perf_counter() - began
-    target.write_text("".join(line + "\n" for line in outputs), encoding="utf-8")
+    if args.with_references:
+        _write(source, sources + sources)
+        _write(target, references + outputs)
+    else:
+        _write(target, outputs)
     score = BLEU().corpus_score(outputs, [references])
     print(
         json.dumps(

@@ -41,3 +41,29 @@ def test_a_student_trains_on_the_teachers_translations(train_small, demo_dir, tm
     args += ["model=gru_bahdanau", "model.emb_size=32", "model.hidden_size=32"]
     assert cli.train([*args, "train.max_steps=4", "train.valid_every=4"]) == 0
     assert (run / "checkpoints" / "best").exists()
+
+
+def test_with_references_the_student_gets_both_targets(train_small, demo_dir, tmp_path):
+    teacher, out = train_small("gru"), tmp_path / "distilled"
+
+    def distill(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, str(ROOT / "scripts" / "distill.py"), str(teacher), "--data",
+             str(demo_dir), "--out", str(out), "--beam-size", "2", *extra],
+            capture_output=True, text=True, cwd=ROOT,
+        )  # fmt: skip
+
+    assert distill().returncode == 0
+    translations = read_lines(out / "train.en")
+    # the same --out again: the linked sources become a written file
+    assert distill("--with-references").returncode == 0
+    sources, references = read_lines(demo_dir / "train.de"), read_lines(demo_dir / "train.en")
+    assert read_lines(out / "train.de") == sources + sources
+    assert read_lines(out / "train.en") == references + translations
+    assert not (out / "train.de").is_symlink() and (out / "valid.de").is_symlink()
+    # and back: the sources are a link to the data again
+    assert distill().returncode == 0
+    assert (out / "train.de").is_symlink() and read_lines(out / "train.en") == translations
+
+    refused = distill("--out", str(demo_dir))  # argparse: the last --out wins
+    assert refused.returncode != 0 and "must not be --data" in refused.stderr
