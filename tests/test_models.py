@@ -19,6 +19,7 @@ VARIANTS = [
     dict(decoder="luong", cell="lstm", input_feeding=True, decoder_layers=2),
     dict(decoder="luong", cell="lstm", input_feeding=False, bidirectional=False),
     dict(decoder="bahdanau", cell="gru", bridge="zero"),
+    dict(decoder="bahdanau", cell="gru", decoder_layers=2),
     dict(decoder="luong", cell="gru", tie_embeddings=True),
 ]
 
@@ -35,13 +36,19 @@ def batch_of(seed: int, lengths: list[int], tgt_len: int = 6):
     return collate(list(range(len(lengths))), src, tgt), src
 
 
+# search steps under inference mode, where a Bahdanau decoder reads its embedding's products
+# from per-piece tables (nmt/models/rnn.py, PieceTables): both ways must equal teacher forcing
+MODES = {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode}
+
+
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: "-".join(map(str, v.values())))
 @pytest.mark.parametrize("attention", [AttentionType.additive, AttentionType.multihead])
-def test_step_decoding_equals_teacher_forcing(variant, attention):
+@pytest.mark.parametrize("mode", MODES)
+def test_step_decoding_equals_teacher_forcing(variant, attention, mode):
     torch.manual_seed(0)
     model = tiny(attention=attention, **variant)
     batch, _ = batch_of(0, [7, 4, 2])
-    with torch.no_grad():
+    with MODES[mode]():
         logits, weights = model(batch.src, batch.src_lens, batch.tgt_in)
         state = model.init_state(model.encode(batch.src, batch.src_lens))
         steps, step_weights = [], []
@@ -101,3 +108,36 @@ def test_greedy_picks_the_argmax_of_teacher_forcing_on_its_own_output():
     assert hyp.score == pytest.approx(float(log_probs.max(-1).values.sum()), abs=1e-4)
     assert hyp.attention.shape == (len(produced), 1, 1, 6)  # (T, layers, heads, S)
     assert len(produced) <= 8
+
+
+def test_piece_tables_follow_the_weights():
+    """The tables are rebuilt when an optimizer step or a load writes the weights, so a search
+    after training (validation) never reads stale products."""
+    torch.manual_seed(0)
+    model = tiny(attention=AttentionType.additive)
+    batch, _ = batch_of(1, [5, 3])
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+
+    def first_step() -> torch.Tensor:
+        with torch.inference_mode():
+            state = model.init_state(model.encode(batch.src, batch.src_lens))
+            return model.decode_step(batch.tgt_in[:, 0], state)[0].clone()
+
+    def teacher_forced() -> torch.Tensor:
+        with torch.no_grad():
+            return model(batch.src, batch.src_lens, batch.tgt_in)[0][:, 0]
+
+    before = first_step()
+    tables = model.decoder.piece_tables()
+    assert first_step().equal(before) and model.decoder.piece_tables() is tables  # reused
+    model.train()
+    logits, _ = model(batch.src, batch.src_lens, batch.tgt_in)
+    logits.logsumexp(-1).sum().backward()
+    optimizer.step()
+    model.eval()
+    after = first_step()
+    assert not after.allclose(before)
+    torch.testing.assert_close(after, teacher_forced(), rtol=1e-5, atol=1e-5)
+    other = tiny(attention=AttentionType.additive)
+    model.load_state_dict(other.state_dict())
+    torch.testing.assert_close(first_step(), teacher_forced(), rtol=1e-5, atol=1e-5)
