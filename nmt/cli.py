@@ -67,19 +67,27 @@ def config_dir() -> Path:
     raise NMTError(f"cannot find the nmt configs directory near {here}")
 
 
-def _register_schemas() -> None:
+SCHEMAS = {
+    "train": TrainRunConfig,
+    "evaluate": EvaluateRunConfig,
+    "translate": TranslateRunConfig,
+    "average": AverageRunConfig,
+    "plot": PlotRunConfig,
+    "serve": ServeRunConfig,
+    "export": ExportRunConfig,
+}
+
+
+def _register_schemas(name: str) -> None:
+    """configs/<name>.yaml's schema, and the model schemas for training: each store converts a
+    dataclass to a config, a start-up cost every command would pay for all of them."""
     from hydra.core.config_store import ConfigStore
 
     store = ConfigStore.instance()
-    store.store(name="train_schema", node=TrainRunConfig)
-    store.store(name="evaluate_schema", node=EvaluateRunConfig)
-    store.store(name="translate_schema", node=TranslateRunConfig)
-    store.store(name="average_schema", node=AverageRunConfig)
-    store.store(name="plot_schema", node=PlotRunConfig)
-    store.store(name="serve_schema", node=ServeRunConfig)
-    store.store(name="export_schema", node=ExportRunConfig)
-    store.store(group="model", name="rnn", node=RNNConfig)
-    store.store(group="model", name="transformer", node=TransformerConfig)
+    store.store(name=f"{name}_schema", node=SCHEMAS[name])
+    if name == "train":
+        store.store(group="model", name="rnn", node=RNNConfig)
+        store.store(group="model", name="transformer", node=TransformerConfig)
 
 
 def _explain(err: Exception) -> str:
@@ -120,7 +128,7 @@ def _hydra(name: str) -> Iterator[None]:
     """Hydra initialised on nmt's configs (for compose, override parsing and multirun)."""
     from hydra import initialize_config_dir
 
-    _register_schemas()
+    _register_schemas(name)
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3", job_name=name):
         yield
 
