@@ -98,9 +98,9 @@ class RNNDecoder(nn.Module):
     """What both decoder styles share: embeddings, bridge, attention, output projection.
 
     Subclasses implement `run(emb, state) -> (outputs (B, T, H), weights (B, T, 1, h, S) | None,
-    state)`,
-    where outputs are the vectors fed to the vocabulary projection. `step` and `forward` both go
-    through `run`, and the projection to V (the most expensive layer) is applied once per call.
+    state)`, where outputs are the vectors fed to the vocabulary projection, and `run_step`, the
+    same for one step of search from `PieceTables`. `forward` and `step` go through them, and the
+    projection to V (the most expensive layer) is applied once per call.
     """
 
     def __init__(self, cfg: RNNConfig, vocab_size: int, rnn_input_size: int) -> None:
@@ -120,6 +120,7 @@ class RNNDecoder(nn.Module):
         self.out = nn.Linear(cfg.hidden_size, vocab_size)
         if cfg.tie_embeddings:
             self.out.weight = self.embed.weight
+        self._tables: PieceTables | None = None
 
     def init_state(self, encoded: EncoderOutput) -> RNNState:
         batch = encoded.memory.size(0)
@@ -150,10 +151,34 @@ class RNNDecoder(nn.Module):
         self, prev: Tensor, state: RNNState, output: OutputRows | None = None
     ) -> tuple[Tensor, Tensor | None, RNNState]:
         """prev (B,) -> logits (B, V) (or (B, C) for `output`), attention (B, 1, h, S) or None,
-        new state."""
-        outputs, weights, state = self.run(self.dropout(self.embed(prev.unsqueeze(1))), state)
-        logits = self.logits(outputs.squeeze(1), output)
+        new state.
+
+        Under inference mode (search) the step reads its products with the embedding of prev from
+        per-piece tables (`PieceTables`): the same function as `run`, with fewer multiply-adds.
+        Training and export (traced under no_grad) run the modules themselves."""
+        if self.training or not torch.is_inference_mode_enabled():
+            outputs, weights, state = self.run(self.dropout(self.embed(prev.unsqueeze(1))), state)
+            outputs = outputs.squeeze(1)
+        else:
+            outputs, weights, state = self.run_step(prev, state)
+        logits = self.logits(outputs, output)
         return logits, None if weights is None else weights.squeeze(1), state
+
+    def run_step(self, prev: Tensor, state: RNNState) -> tuple[Tensor, Tensor | None, RNNState]:
+        """`run` for one step from the tables: prev (R,) -> outputs (R, H), weights (R, 1, 1, h, S)
+        or None, state."""
+        raise NotImplementedError
+
+    def embedded_output(self) -> nn.Linear | None:
+        """A layer after the cell whose input ends with the embedding (Bahdanau's pre-output)."""
+        return None
+
+    def piece_tables(self) -> PieceTables:
+        """The tables of the current weights: built at the first search step, and again only
+        after the weights change (an optimizer step or a load bumps their version)."""
+        if self._tables is None or not self._tables.fresh(self):
+            self._tables = PieceTables(self)
+        return self._tables
 
     def logits(self, outputs: Tensor, output: OutputRows | None) -> Tensor:
         """outputs (R, H) -> logits (R, V), or (R, C) for the C rows of `output`."""
@@ -183,15 +208,11 @@ class BahdanauDecoder(RNNDecoder):
     s_t = RNN([e(y_{t-1}); c_t], s_{t-1}),  c_t = attend(s_{t-1}),
     o_t = tanh(W_o [s_t; c_t; e(y_{t-1})]),  p(y_t) = softmax(W_out o_t).
     The query depends on the previous state, so even teacher forcing runs step by step.
-
-    Under inference mode (search), `step` reads the embedding's two products from per-piece tables
-    (`PieceTables`) instead of multiplying: the same function with fewer multiply-adds.
     """
 
     def __init__(self, cfg: RNNConfig, vocab_size: int) -> None:
         super().__init__(cfg, vocab_size, cfg.emb_size + cfg.hidden_size)
         self.pre_output = nn.Linear(2 * cfg.hidden_size + cfg.emb_size, cfg.hidden_size)
-        self._tables: PieceTables | None = None
 
     def run(self, emb: Tensor, state: RNNState) -> tuple[Tensor, Tensor | None, RNNState]:
         hidden = state.hidden
@@ -207,58 +228,56 @@ class BahdanauDecoder(RNNDecoder):
         outputs = self.dropout(torch.tanh(self.pre_output(torch.cat([s, c, emb], dim=-1))))
         return outputs, _stack(weights), replace(state, hidden=hidden)
 
-    def piece_tables(self) -> PieceTables:
-        """The tables of the current weights: built at the first search step, and again only
-        after the weights change (an optimizer step or a load bumps their version)."""
-        if self._tables is None or not self._tables.fresh(self):
-            self._tables = PieceTables(self)
-        return self._tables
+    def embedded_output(self) -> nn.Linear | None:
+        return self.pre_output
 
-    def step(
-        self, prev: Tensor, state: RNNState, output: OutputRows | None = None
-    ) -> tuple[Tensor, Tensor | None, RNNState]:
-        if self.training or not torch.is_inference_mode_enabled():
-            return super().step(prev, state, output)  # training, export: the modules themselves
+    def run_step(self, prev: Tensor, state: RNNState) -> tuple[Tensor, Tensor | None, RNNState]:
         tables, hidden = self.piece_tables(), state.hidden
         context, weights = self.attend(_top(hidden), state)  # (R, 1, H)
         context = context.squeeze(1)
         emb_gates, emb_out = tables.rows(prev)  # (R, G*H) with G gates, (R, H)
-        hidden = tables.cell(torch.addmm(emb_gates, context, tables.gates_context), hidden)
-        s = _top(hidden).squeeze(1)
-        out = torch.tanh(torch.addmm(emb_out, torch.cat([s, context], -1), tables.out_state))
-        weights = None if weights is None else weights.squeeze(1)
-        return self.logits(out, output), weights, replace(state, hidden=hidden)
+        hidden = tables.cell(tables.first_input(emb_gates, context), hidden)
+        s_c = torch.cat([_top(hidden).squeeze(1), context], dim=-1)  # (R, 2H)
+        assert tables.output_rest is not None
+        outputs = torch.tanh(torch.addmm(emb_out, s_c, tables.output_rest))
+        return outputs, weights, replace(state, hidden=hidden)
 
 
 class PieceTables:
-    """A Bahdanau step's products with the embedding of y_{t-1}, for every target piece.
+    """Per target piece, a recurrent decoder step's products with the embedding e of y_{t-1}.
 
-    The cell's input [e; c] and the output layer's [s; c; e] both end in a product with e alone:
-    W_ih [e; c] = W_ih^e e + W_ih^c c. Precomputed for all V pieces, with the biases folded in,
-    each step gathers R rows where it multiplied R embeddings by (G+1)H x E weights (G = 3 gates
-    for a GRU, 4 for an LSTM). With E = H = A = 256, 20 source pieces and 3,853 target pieces,
-    that is 14% of a step's multiply-adds per row, and 21% with a shortlist of 1,400 pieces.
-    The first layer's cell is then written out (the fused cell takes x, not W_ih x); layers above
-    it run the fused cells. Same function, summed in another order: equal to float rounding.
+    The first layer's input starts with e: W_ih [e; x] = W_ih^e e + W_ih^x x, where x is
+    Bahdanau's context, Luong's input feed, or nothing (Luong without feeding). Bahdanau's output
+    layer W_o [s; c; e] ends with it. Precomputed for all V pieces, biases folded in, a step gathers
+    R rows where it multiplied R embeddings by (G+1)H x E weights (G = 3 gates for a GRU, 4 for an
+    LSTM; +1 for Bahdanau's output layer). For the Bahdanau GRU with E = H = A = 256, 20 source
+    pieces and 3,853 target pieces that is 14% of a step's multiply-adds, and 21% with a shortlist
+    of 1,400 pieces. The first layer's cell is then written out (the fused cell takes x, not
+    W_ih x); layers above it run the fused cells. The same function summed in another order: equal
+    to float rounding (tests/test_models.py runs step = teacher forcing under inference mode).
     """
 
-    def __init__(self, decoder: BahdanauDecoder) -> None:
-        rnn, pre, emb = decoder.rnn, decoder.pre_output, decoder.embed.weight  # emb (V, E)
-        e, h = emb.size(1), decoder.hidden_size
+    def __init__(self, decoder: RNNDecoder) -> None:
+        rnn, emb = decoder.rnn, decoder.embed.weight  # emb (V, E)
+        # in the weights' dtype under any autocast: tables built in a bf16 validation serve fp32 too
+        with torch.autocast(emb.device.type, enabled=False):
+            self._build(decoder, rnn, emb)
+
+    def _build(self, decoder: RNNDecoder, rnn: nn.RNNBase, emb: Tensor) -> None:
+        e = emb.size(1)
         self.versions = _versions(decoder)
         self.lstm = isinstance(rnn, nn.LSTM)
-        w_ih = rnn.weight_ih_l0  # (G*H, E + H): [e; c]
-        self.emb = torch.cat(
-            [
-                torch.addmm(rnn.bias_ih_l0, emb, w_ih[:, :e].t()),  # (V, G*H)
-                torch.addmm(pre.bias, emb, pre.weight[:, 2 * h :].t()),  # (V, H)
-            ],
-            dim=1,
-        )
-        self.gates_context = w_ih[:, e:].t().contiguous()  # (H, G*H)
+        w_ih = rnn.weight_ih_l0  # (G*H, E + X): [e; x]
+        tables = [torch.addmm(rnn.bias_ih_l0, emb, w_ih[:, :e].t())]  # (V, G*H)
+        self.input_rest = w_ih[:, e:].t().contiguous()  # (X, G*H), X = 0 without x
+        output, self.output_rest = decoder.embedded_output(), None
+        if output is not None:
+            tables.append(torch.addmm(output.bias, emb, output.weight[:, -e:].t()))  # (V, H)
+            self.output_rest = output.weight[:, :-e].t().contiguous()  # (2H, H): [s; c]
+        self.sizes = [t.size(1) for t in tables]
+        self.emb = torch.cat(tables, dim=1)
         self.gates_hidden = rnn.weight_hh_l0.t().contiguous()  # (H, G*H)
         self.gates_bias = rnn.bias_hh_l0
-        self.out_state = pre.weight[:, : 2 * h].t().contiguous()  # (2H, H): [s; c]
         self.upper = [
             [
                 getattr(rnn, f"{name}_l{layer}")
@@ -267,14 +286,17 @@ class PieceTables:
             for layer in range(1, rnn.num_layers)
         ]
 
-    def fresh(self, decoder: BahdanauDecoder) -> bool:
+    def fresh(self, decoder: RNNDecoder) -> bool:
         return self.versions == _versions(decoder)
 
-    def rows(self, prev: Tensor) -> tuple[Tensor, Tensor]:
-        """prev (R,) -> the embedding's share of the gates (R, G*H) and of the output (R, H)."""
-        gates = self.gates_hidden.size(1)
-        both = self.emb.index_select(0, prev)
-        return both[:, :gates], both[:, gates:]
+    def rows(self, prev: Tensor) -> list[Tensor]:
+        """prev (R,) -> the embedding's share of the first layer's gates (R, G*H), and of the
+        output layer (R, H) if the decoder has one."""
+        return list(self.emb.index_select(0, prev).split(self.sizes, dim=1))
+
+    def first_input(self, emb_gates: Tensor, x: Tensor) -> Tensor:
+        """W_ih [e; x] + b_ih (R, G*H) from the embedding's share and the rest x (R, X)."""
+        return torch.addmm(emb_gates, x, self.input_rest)
 
     def cell(self, gates_in: Tensor, hidden: Hidden) -> Hidden:
         """One step of every layer: gates_in (R, G*H) = W_ih x + b_ih of the first layer."""
@@ -302,7 +324,7 @@ class PieceTables:
         return torch.stack(hs)
 
 
-def _versions(decoder: BahdanauDecoder) -> list[tuple[int, int]]:
+def _versions(decoder: RNNDecoder) -> list[tuple[int, int]]:
     """Which tensor and which write of it each parameter is: what the tables were made from."""
     return [(p.data_ptr(), p._version) for p in decoder.parameters()]
 
@@ -342,6 +364,16 @@ class LuongDecoder(RNNDecoder):
             outputs.append(feed)
             weights.append(w)
         return torch.cat(outputs, dim=1), _stack(weights), replace(state, hidden=hidden, feed=feed)
+
+    def run_step(self, prev: Tensor, state: RNNState) -> tuple[Tensor, Tensor | None, RNNState]:
+        tables = self.piece_tables()
+        (emb_gates,) = tables.rows(prev)  # (R, G*H)
+        if state.feed is not None:  # zero at the first step: nothing to add
+            emb_gates = tables.first_input(emb_gates, state.feed.squeeze(1))
+        hidden = tables.cell(emb_gates, state.hidden)
+        outputs, weights = self.attentional(_top(hidden), state)  # (R, 1, H)
+        feed = outputs if self.cfg.input_feeding else None
+        return outputs.squeeze(1), weights, replace(state, hidden=hidden, feed=feed)
 
 
 def build_rnn_decoder(cfg: RNNConfig, vocab_size: int) -> RNNDecoder:
