@@ -155,8 +155,11 @@ class RNNDecoder(nn.Module):
 
         Under inference mode (search) the step reads its products with the embedding of prev from
         per-piece tables (`PieceTables`): the same function as `run`, with fewer multiply-adds.
-        Training and export (traced under no_grad) run the modules themselves."""
-        if self.training or not torch.is_inference_mode_enabled():
+        Training and export (traced under no_grad) run the modules themselves, and so does CUDA:
+        there a step is bound by kernel launches, and the fused cuDNN cell is one launch where
+        the written-out gates would be a dozen (unmeasured: no GPU in the session that wrote
+        this)."""
+        if self.training or not torch.is_inference_mode_enabled() or prev.device.type == "cuda":
             outputs, weights, state = self.run(self.dropout(self.embed(prev.unsqueeze(1))), state)
             outputs = outputs.squeeze(1)
         else:
