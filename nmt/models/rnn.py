@@ -177,11 +177,17 @@ class RNNDecoder(nn.Module):
         return None
 
     def piece_tables(self) -> PieceTables:
-        """The tables of the current weights: built at the first search step, and again only
-        after the weights change (an optimizer step or a load bumps their version)."""
+        """The tables of the current weights: built at the first search step, and again after
+        the weights change. A load or an in-place edit bumps a parameter's version; an optimizer
+        step may not (fused Adam leaves the versions as they were), so `train()` and `eval()`,
+        which bracket every validation inside training, drop the tables as well."""
         if self._tables is None or not self._tables.fresh(self):
             self._tables = PieceTables(self)
         return self._tables
+
+    def train(self, mode: bool = True) -> RNNDecoder:
+        self._tables = None
+        return super().train(mode)
 
     def logits(self, outputs: Tensor, output: OutputRows | None) -> Tensor:
         """outputs (R, H) -> logits (R, V), or (R, C) for the C rows of `output`."""
