@@ -286,3 +286,19 @@ def test_compiled_training_gives_the_losses_of_eager_training(tmp_path, demo_dir
     eager, compiled = losses(tmp_path / "eager"), losses(tmp_path / "compiled")
     assert sorted(compiled) == [1, 2, 3]
     assert compiled == pytest.approx(eager, rel=1e-4)
+
+
+def test_the_bleu_a_run_logs_is_what_its_checkpoint_scores(tmp_path, demo_dir):
+    """A validation inside training decodes with the weights of its own step: search's piece
+    tables (nmt/models/rnn.py) once stayed those of the first validation, because fused Adam
+    writes the weights without bumping their versions. The last validation's BLEU must equal
+    greedy decoding of the saved checkpoint in a fresh model."""
+    run = tmp_path / "run"
+    train(run, demo_dir, "train.max_steps=150", "train.valid_every=75")
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    logged = [r for r in rows if r["split"] == "valid"]
+    assert [r["step"] for r in logged] == [75, 150] and logged[-1]["bleu"] > 5
+    ckpt = run / "checkpoints" / "last"
+    assert cli.evaluate([f"ckpt={ckpt}", "split=valid", "decode=greedy"]) == 0
+    scores = json.loads((run / "eval" / "valid.scores.json").read_text())
+    assert scores["bleu"] == pytest.approx(logged[-1]["bleu"], abs=1e-9)
