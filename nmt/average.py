@@ -16,8 +16,8 @@ from pathlib import Path
 import torch
 
 from nmt.checkpoint import CKPT_FILE, Checkpoint, load_checkpoint, save_checkpoint
-from nmt.config import AverageRunConfig, flatten
 from nmt.errors import NMTError
+from nmt.run_config import AverageRunConfig, flatten
 
 
 @dataclasses.dataclass

@@ -25,11 +25,11 @@ from pathlib import Path
 
 import torch
 
-from nmt.config import TrainRunConfig, load_run_config, save_run_config
 from nmt.errors import NMTError
 from nmt.lexicon import LEXICON_FILE, Lexicon, load_lexicon
 from nmt.models import build_model
 from nmt.models.seq2seq import Seq2Seq
+from nmt.run_config import TrainRunConfig, load_run_config, save_run_config
 from nmt.tokenizer import Vocabs, load_vocabs
 
 CKPT_FILE = "ckpt.pt"

@@ -1,7 +1,7 @@
 """The command-line entry points; the only module that imports Hydra or reads argv.
 
-Configs are composed with Hydra's compose API onto the typed schemas of `nmt/config.py`, so a run
-never changes directory or writes Hydra output folders, and every error (a misspelt key, a bad
+Configs are composed with Hydra's compose API onto the typed schemas of `nmt/run_config.py`, so a
+run never changes directory or writes Hydra output folders, and every error (a misspelt key, a bad
 choice, a missing file, a broken checkpoint) is one readable line and a non-zero exit status.
 
     nmt-train [--cfg] [--config-dir DIR] key=value ... group=choice ...
@@ -29,18 +29,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import nmt
-from nmt.config import (
+from nmt.config import RNNConfig, TransformerConfig
+from nmt.errors import NMTError
+from nmt.run_config import (
     AverageRunConfig,
     EvaluateRunConfig,
     ExportRunConfig,
     PlotRunConfig,
-    RNNConfig,
     ServeRunConfig,
     TrainRunConfig,
-    TransformerConfig,
     TranslateRunConfig,
 )
-from nmt.errors import NMTError
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig

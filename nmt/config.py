@@ -2,18 +2,16 @@
 
 Hydra composes YAML onto these schemas (see ``nmt/cli.py``), so a misspelt key or a bad enum value
 fails at composition with the valid choices listed. Library code only ever receives instances of
-these classes. Enum member names equal their values because OmegaConf matches overrides by name
-(``model.attention=dot``).
+these classes; ``nmt/run_config.py`` builds each command's schema from these parts. Enum member
+names equal their values because OmegaConf matches overrides by name (``model.attention=dot``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from enum import Enum
-from pathlib import Path
 
-from omegaconf import MISSING, OmegaConf
+from omegaconf import MISSING
 
 from nmt.errors import NMTError
 
@@ -113,11 +111,6 @@ class Split(str, Enum):
     train = "train"
     valid = "valid"
     test = "test"
-
-
-def _check_device(device: str) -> None:
-    if device not in ("auto", "cpu", "cuda", "mps") and not device.startswith("cuda:"):
-        raise NMTError(f"device={device!r}: expected one of auto, cpu, cuda, cuda:N, mps")
 
 
 @dataclass
@@ -389,77 +382,6 @@ class DecodeConfig:
                 return score / ((5 + length) / 6) ** self.alpha
 
 
-@dataclass
-class TrainRunConfig:
-    data: DataConfig = MISSING
-    model: ModelConfig = MISSING
-    train: TrainConfig = field(default_factory=TrainConfig)
-    decode: DecodeConfig = field(default_factory=DecodeConfig)
-    run_dir: str = MISSING
-    seed: int = 1234
-    device: str = "auto"
-
-    def __post_init__(self) -> None:
-        _check_device(self.device)
-        # caught here so the run fails before the tokenizer is trained, not at model building
-        shared = isinstance(self.model, TransformerConfig) and self.model.share_embeddings
-        if shared and not self.data.tokenizer.joint:
-            raise NMTError(
-                "model.share_embeddings=true needs data.tokenizer.joint=true "
-                "(or set model.share_embeddings=false)"
-            )
-
-
-@dataclass
-class EvaluateRunConfig:
-    ckpt: str = MISSING
-    split: Split = Split.test
-    src_file: str | None = None  # evaluate on these files instead of a data split
-    ref_file: str | None = None
-    data: DataConfig | None = None  # None = the data config stored in the checkpoint
-    decode: DecodeConfig = field(default_factory=DecodeConfig)
-    out_dir: str | None = None  # None = <run_dir>/eval
-    heatmaps: int = 0  # attention heatmaps (PNG) for the first K sentences
-    attention_layer: int | None = -1  # which attention layer they show; None = mean of layers
-    attention_head: int | None = None  # which head; None = mean of heads
-    heatmap_grid: bool = False  # also one PNG per sentence with every layer and head
-    device: str = "auto"
-
-    def __post_init__(self) -> None:
-        _check_device(self.device)
-        if (self.src_file is None) != (self.ref_file is None):
-            raise NMTError("give both src_file and ref_file, or neither")
-
-
-@dataclass
-class TranslateRunConfig:
-    ckpt: str = MISSING
-    input: str | None = None  # a file; None = stdin (interactive when it is a terminal)
-    output: str | None = None  # None = stdout
-    decode: DecodeConfig = field(default_factory=DecodeConfig)
-    show_attention: bool = False  # print the attention matrix as text (interactive mode)
-    attention_png: str | None = None  # interactive: write the last heatmap to this file
-    attention_layer: int | None = -1  # which attention layer is shown; None = mean of layers
-    attention_head: int | None = None  # which head; None = mean of heads
-    nbest_tsv: bool = False  # batch mode: line<TAB>rank<TAB>score<TAB>text per n-best hypothesis
-    device: str = "auto"
-
-    def __post_init__(self) -> None:
-        _check_device(self.device)
-
-
-def flatten(obj: object, prefix: str = "") -> dict:
-    """A config as {"data.tokenizer.vocab_size": 8000, ...}: leaves by dotted key (as overrides
-    name them), enums as their values."""
-    if not dataclasses.is_dataclass(obj):
-        return {prefix: obj.value if isinstance(obj, Enum) else obj}
-    out = {}
-    for f in dataclasses.fields(obj):
-        key = f"{prefix}.{f.name}" if prefix else f.name
-        out.update(flatten(getattr(obj, f.name), key))
-    return out
-
-
 def model_schema(arch: str) -> type[ModelConfig]:
     """The schema class for a stored ``model.arch`` value."""
     match arch:
@@ -468,101 +390,3 @@ def model_schema(arch: str) -> type[ModelConfig]:
         case "transformer":
             return TransformerConfig
     raise NMTError(f"unknown model.arch {arch!r}; expected one of: rnn, transformer")
-
-
-def load_run_config(path: Path) -> TrainRunConfig:
-    """Rebuild a typed training config from the ``config.yaml`` stored in a run or checkpoint."""
-    raw = OmegaConf.load(path)
-    schema = OmegaConf.structured(TrainRunConfig)
-    model = OmegaConf.structured(model_schema(raw.model.arch))
-    return OmegaConf.to_object(OmegaConf.merge(schema, {"model": model}, raw))
-
-
-def save_run_config(cfg: TrainRunConfig, path: Path) -> None:
-    path.write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)), encoding="utf-8")
-
-
-@dataclass
-class AverageRunConfig:
-    run_dir: str | None = None  # average the newest `last` step checkpoints of run_dir/checkpoints
-    ckpts: list[str] | None = None  # or exactly these checkpoint directories
-    last: int = 5
-    out: str | None = None  # None = <run_dir>/checkpoints/average-last<N>
-    overwrite: bool = False  # replace an existing `out`
-
-    def __post_init__(self) -> None:
-        if (self.run_dir is None) == (self.ckpts is None):
-            raise NMTError("give run_dir=DIR (its newest checkpoints) or ckpts=[...], not both")
-        if self.ckpts is not None and not self.ckpts:
-            raise NMTError("ckpts=[] names no checkpoint")
-        if self.ckpts is not None and self.out is None:
-            raise NMTError("ckpts=[...] needs out=DIR (where the averaged checkpoint goes)")
-        if self.last < 1:
-            raise NMTError(f"last={self.last} must be >= 1")
-
-
-@dataclass
-class PlotRunConfig:
-    run_dir: str | None = None  # one run: its curves go to <run_dir>/curves.png
-    run_dirs: list[str] | None = None  # or several runs on one chart (a sweep)
-    out: str | None = None  # None = <run_dir>/curves.png, or curves.png in the runs' common parent
-
-    def __post_init__(self) -> None:
-        if (self.run_dir is None) == (self.run_dirs is None):
-            raise NMTError("give run_dir=DIR or run_dirs=[DIR1,DIR2,...], not both")
-        if self.run_dirs is not None and not self.run_dirs:
-            raise NMTError("run_dirs=[] names no run")
-
-
-@dataclass
-class ServeRunConfig:
-    ckpt: str = MISSING
-    host: str = "127.0.0.1"  # 0.0.0.0 to listen on every interface
-    port: int = 8000  # 0 = any free port (the URL printed says which)
-    decode: DecodeConfig = field(default_factory=DecodeConfig)  # defaults; a request may override
-    max_chars: int = 100_000  # most characters in one request, all its texts together (HTTP 413)
-    max_texts: int = 64  # most texts in one request
-    max_beam: int = 16  # largest beam_size and n_best a request may ask for (HTTP 422 above)
-    batch_wait_ms: float = 5.0  # collect concurrent requests this long into one decode; 0 = off
-    max_batch: int = 64  # most sentences in one batched decode
-    device: str = "auto"
-
-    def __post_init__(self) -> None:
-        _check_device(self.device)
-        if not 0 <= self.port <= 65535:
-            raise NMTError(f"port={self.port} must be in 0..65535")
-        if min(self.max_chars, self.max_texts, self.max_batch, self.max_beam) < 1:
-            raise NMTError("max_chars, max_texts, max_batch and max_beam must be >= 1")
-        if self.batch_wait_ms < 0:
-            raise NMTError(f"batch_wait_ms={self.batch_wait_ms} must be >= 0")
-
-
-class ExportFormat(str, Enum):
-    torchscript = "torchscript"
-    onnx = "onnx"
-    ctranslate2 = "ctranslate2"
-
-
-CT2_QUANTIZATIONS = (
-    "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16",
-    "float32",
-)  # fmt: skip
-
-
-@dataclass
-class ExportRunConfig:
-    ckpt: str = MISSING
-    format: ExportFormat = ExportFormat.onnx
-    out: str = MISSING  # a new directory: the exported model, its tokenizer and a README
-    overwrite: bool = False  # replace an existing `out`
-    quantization: str | None = None  # ctranslate2 only: weight type (int8, float16...); None = fp32
-
-    def __post_init__(self) -> None:
-        if self.quantization is None:
-            return
-        if self.format != ExportFormat.ctranslate2:
-            raise NMTError("quantization=... applies to format=ctranslate2 only")
-        if self.quantization not in CT2_QUANTIZATIONS:
-            raise NMTError(
-                f"quantization={self.quantization}: expected one of {', '.join(CT2_QUANTIZATIONS)}"
-            )

@@ -16,10 +16,10 @@ from sacrebleu.metrics import BLEU, CHRF, TER
 
 from nmt.attention_map import save_heatmap, save_heatmap_grid
 from nmt.checkpoint import load_checkpoint, restore_model
-from nmt.config import EvaluateRunConfig
 from nmt.data import read_lines, read_split
 from nmt.device import resolve_device
 from nmt.errors import NMTError
+from nmt.run_config import EvaluateRunConfig
 from nmt.translate import Translator
 
 

@@ -28,9 +28,9 @@ import numpy as np
 import torch
 
 from nmt.checkpoint import Checkpoint, load_checkpoint, restore_model
-from nmt.config import ExportFormat, ExportRunConfig, flatten
 from nmt.errors import NMTError
 from nmt.graphs import Graphs, TensorSpec, export_graphs
+from nmt.run_config import ExportFormat, ExportRunConfig, flatten
 from nmt.runtime import MANIFEST
 from nmt.tokenizer import BOS, EOS, PAD, UNK, Vocabs
 

@@ -12,8 +12,8 @@ import json
 import os
 from pathlib import Path
 
-from nmt.config import PlotRunConfig, flatten, load_run_config
 from nmt.errors import NMTError
+from nmt.run_config import PlotRunConfig, flatten, load_run_config
 
 CONFIG = Path("checkpoints") / "last" / "config.yaml"  # the config a run was trained with
 UNLABELLED = {"run_dir"}  # differs between any two runs and says nothing

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from nmt.checkpoint import Checkpoint, load_resume_point
-from nmt.config import Split, TrainRunConfig, TransformerConfig
+from nmt.config import Split, TransformerConfig
 from nmt.data import Encoded, encode, filter_length, read_split
 from nmt.distributed import SINGLE, Dist, barrier
 from nmt.errors import NMTError
@@ -23,6 +23,7 @@ from nmt.lexicon import LEXICON_FILE, Lexicon, learn_lexicon, load_lexicon
 from nmt.models import build_model
 from nmt.models.seq2seq import Seq2Seq
 from nmt.resume import check_resume, load_init
+from nmt.run_config import TrainRunConfig
 from nmt.run_log import remove_logs
 from nmt.tokenizer import Vocabs, load_vocabs, prune_vocabs, train_vocabs
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import torch
 
 from nmt.checkpoint import Checkpoint, load_checkpoint
-from nmt.config import TrainRunConfig, flatten
 from nmt.errors import NMTError
+from nmt.run_config import TrainRunConfig, flatten
 
 
 def check_resume(cfg: TrainRunConfig, resume: Checkpoint) -> None:

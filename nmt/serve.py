@@ -32,19 +32,11 @@ from torch import Tensor
 
 from nmt.batching import Batcher
 from nmt.checkpoint import load_checkpoint, restore_model
-from nmt.config import (
-    DecodeConfig,
-    LengthPenalty,
-    RNNConfig,
-    ServeRunConfig,
-    Strategy,
-    TrainRunConfig,
-    TransformerConfig,
-    flatten,
-)
+from nmt.config import DecodeConfig, LengthPenalty, RNNConfig, Strategy, TransformerConfig
 from nmt.data import clean
 from nmt.device import resolve_device
 from nmt.errors import NMTError
+from nmt.run_config import ServeRunConfig, TrainRunConfig, flatten
 from nmt.translate import Translation, Translator
 
 WEB = Path(__file__).resolve().parent / "web"

@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from nmt.budget import Budget
 from nmt.checkpoint import Checkpoint, point, prune, save_checkpoint
-from nmt.config import Metric, Optimizer, Precision, TrainRunConfig
+from nmt.config import Metric, Optimizer, Precision
 from nmt.data import collate, epoch_batches
 from nmt.device import autocast, check_precision, resolve_device
 from nmt.distributed import (
@@ -41,6 +41,7 @@ from nmt.models.seq2seq import Seq2Seq
 from nmt.preemption import StopRequest
 from nmt.prepare import RunData, prepare_run
 from nmt.resume import rng_state, set_rng_state
+from nmt.run_config import TrainRunConfig
 from nmt.run_log import RunLog, Window
 from nmt.schedule import LRSchedule
 from nmt.validation import save_alignments, validate

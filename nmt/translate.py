@@ -22,12 +22,13 @@ from torch import Tensor
 
 from nmt.attention_map import format_attention, save_heatmap, select_map
 from nmt.checkpoint import load_checkpoint, restore_model
-from nmt.config import DecodeConfig, Strategy, TranslateRunConfig
+from nmt.config import DecodeConfig, Strategy
 from nmt.data import clean
 from nmt.device import resolve_device
 from nmt.errors import NMTError
 from nmt.lexicon import NO_LEXICON, Lexicon
 from nmt.models.seq2seq import Seq2Seq
+from nmt.run_config import TranslateRunConfig
 from nmt.search import decode_all
 from nmt.tokenizer import EOS, Vocab, Vocabs
 

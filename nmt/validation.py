@@ -14,13 +14,14 @@ import torch
 
 from nmt.attention_map import save_heatmap, select_map
 from nmt.checkpoint import step_name
-from nmt.config import DecodeConfig, TrainRunConfig
+from nmt.config import DecodeConfig
 from nmt.data import Encoded, collate, token_batches
 from nmt.device import autocast
 from nmt.evaluate import bleu
 from nmt.lexicon import Lexicon
 from nmt.loss import batch_loss
 from nmt.models.seq2seq import Seq2Seq
+from nmt.run_config import TrainRunConfig
 from nmt.search import decode_all
 from nmt.tokenizer import EOS, Vocabs
 

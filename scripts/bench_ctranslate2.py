@@ -36,10 +36,11 @@ import torch
 from sacrebleu.metrics import BLEU
 
 from nmt.checkpoint import load_checkpoint, restore_model
-from nmt.config import DecodeConfig, ExportFormat, LengthPenalty, Split, Strategy
+from nmt.config import DecodeConfig, LengthPenalty, Split, Strategy
 from nmt.ctranslate2_export import translate_pieces
 from nmt.data import clean, read_split
 from nmt.export import export_checkpoint
+from nmt.run_config import ExportFormat
 from nmt.tokenizer import EOS
 from nmt.translate import Translator, source_ids
 

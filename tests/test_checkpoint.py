@@ -22,19 +22,12 @@ from nmt.checkpoint import (
     save_checkpoint,
     step_name,
 )
-from nmt.config import (
-    AttentionType,
-    Cell,
-    DataConfig,
-    DecoderStyle,
-    RNNConfig,
-    TokenizerConfig,
-    TrainRunConfig,
-)
+from nmt.config import AttentionType, Cell, DataConfig, DecoderStyle, RNNConfig, TokenizerConfig
 from nmt.data import Corpus, collate, encode
 from nmt.demo import generate_pairs
 from nmt.errors import NMTError
 from nmt.models import build_model
+from nmt.run_config import TrainRunConfig
 from nmt.tokenizer import JOINT_FILE, Vocabs, train_vocabs
 
 PAIRS = generate_pairs(60, seed=4)

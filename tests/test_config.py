@@ -5,8 +5,9 @@ from pathlib import Path
 import pytest
 
 from nmt import cli
-from nmt.config import DecodeConfig, RNNConfig, TrainRunConfig, TransformerConfig
+from nmt.config import DecodeConfig, RNNConfig, TransformerConfig
 from nmt.models import build_model
+from nmt.run_config import TrainRunConfig
 
 CONFIGS = cli.config_dir()
 

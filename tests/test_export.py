@@ -16,19 +16,13 @@ import torch
 
 from nmt import cli
 from nmt.checkpoint import load_checkpoint, restore_model, save_checkpoint
-from nmt.config import (
-    DecodeConfig,
-    ExportFormat,
-    LengthPenalty,
-    RNNConfig,
-    Strategy,
-    TransformerConfig,
-)
+from nmt.config import DecodeConfig, LengthPenalty, RNNConfig, Strategy, TransformerConfig
 from nmt.data import collate, read_lines
 from nmt.errors import NMTError
 from nmt.export import export_checkpoint
 from nmt.graphs import export_graphs
 from nmt.models import build_model
+from nmt.run_config import ExportFormat
 from nmt.runtime import ExportedTranslator, greedy, read_manifest
 from nmt.search import decode_all
 from nmt.tokenizer import BOS, EOS

@@ -28,9 +28,10 @@ from starlette.testclient import TestClient
 
 from nmt import cli, serve
 from nmt.batching import Batcher
-from nmt.config import DecodeConfig, ServeRunConfig, Strategy, TransformerConfig
+from nmt.config import DecodeConfig, Strategy, TransformerConfig
 from nmt.errors import NMTError
 from nmt.models import build_model
+from nmt.run_config import ServeRunConfig
 from nmt.serve import create_app, describe_model, load_app, request_decode
 from nmt.translate import Translator
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from nmt import cli
-from nmt.config import load_run_config
+from nmt.run_config import load_run_config
 
 SMALL = ["data.tokenizer.vocab_size=400", "train.batch_tokens=600", "train.lr=0.003"]
 SMALL_RNN = ["model.emb_size=64", "model.hidden_size=64", "model.dropout=0.1"]

@@ -202,7 +202,7 @@ def type_into_repl(monkeypatch, lines: list[str]) -> None:
 
 
 def test_interactive_prompt_shows_translation_and_attention(trained, tmp_path, monkeypatch, capsys):
-    from nmt.config import TranslateRunConfig
+    from nmt.run_config import TranslateRunConfig
     from nmt.translate import Translator, repl
 
     type_into_repl(monkeypatch, ["Ich sehe einundzwanzig rote Äpfel.", "   "])
@@ -220,7 +220,8 @@ def test_interactive_prompt_shows_translation_and_attention(trained, tmp_path, m
 
 
 def test_interactive_prompt_lists_the_n_best_with_scores(trained, monkeypatch, capsys):
-    from nmt.config import DecodeConfig, Strategy, TranslateRunConfig
+    from nmt.config import DecodeConfig, Strategy
+    from nmt.run_config import TranslateRunConfig
     from nmt.translate import Translator, repl
 
     type_into_repl(monkeypatch, ["Er zählt zwölf Katzen."])

@@ -19,8 +19,9 @@ import pytest
 from conftest import default_sigint
 
 from nmt import cli
-from nmt.config import DecodeConfig, TranslateRunConfig
+from nmt.config import DecodeConfig
 from nmt.errors import NMTError
+from nmt.run_config import TranslateRunConfig
 from nmt.tokenizer import EOS
 from nmt.translate import Translator, arrivals, repl, source_ids
 
