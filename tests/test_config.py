@@ -4,12 +4,12 @@ from pathlib import Path
 
 import pytest
 
-from nmt import cli
+from nmt import cli, compose
 from nmt.config import DecodeConfig, RNNConfig, TransformerConfig
 from nmt.models import build_model
 from nmt.run_config import TrainRunConfig
 
-CONFIGS = cli.config_dir()
+CONFIGS = compose.config_dir()
 
 
 def names(group: str) -> list[str]:

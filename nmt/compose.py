@@ -1,0 +1,133 @@
+"""Hydra composition: nmt's configs/ composed onto the typed schemas of ``nmt/run_config.py``.
+
+Composition goes through Hydra's compose API, so a command never changes directory or writes
+Hydra output folders, and a misspelt key, a bad choice or a bad combination is one NMTError whose
+message names the valid keys or options. Only this module, ``nmt/sweep.py`` and ``nmt/cli.py``
+import Hydra.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+
+from nmt.config import RNNConfig, TransformerConfig
+from nmt.errors import NMTError
+from nmt.run_config import (
+    AverageRunConfig,
+    EvaluateRunConfig,
+    ExportRunConfig,
+    PlotRunConfig,
+    ServeRunConfig,
+    TrainRunConfig,
+    TranslateRunConfig,
+)
+
+
+def config_dir() -> Path:
+    """configs/ inside an installed wheel, else the checkout's top-level configs/."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "configs", here.parent / "configs"):
+        if (candidate / "train.yaml").is_file():
+            return candidate
+    raise NMTError(f"cannot find the nmt configs directory near {here}")
+
+
+SCHEMAS = {
+    "train": TrainRunConfig,
+    "evaluate": EvaluateRunConfig,
+    "translate": TranslateRunConfig,
+    "average": AverageRunConfig,
+    "plot": PlotRunConfig,
+    "serve": ServeRunConfig,
+    "export": ExportRunConfig,
+}
+
+
+def _register_schemas(name: str) -> None:
+    """configs/<name>.yaml's schema, and the model schemas for training: each store converts a
+    dataclass to a config, a start-up cost every command would pay for all of them."""
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
+    store.store(name=f"{name}_schema", node=SCHEMAS[name])
+    if name == "train":
+        store.store(group="model", name="rnn", node=RNNConfig)
+        store.store(group="model", name="transformer", node=TransformerConfig)
+
+
+def explain(err: Exception) -> str:
+    """One line (or a short list) a user can act on, from Hydra/OmegaConf's exception chain."""
+    from omegaconf.errors import (
+        ConfigAttributeError,
+        ConfigKeyError,
+        MissingMandatoryValue,
+        OmegaConfBaseException,
+    )
+
+    chain, seen = [], err
+    while seen is not None and seen not in chain:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    for e in chain:
+        if isinstance(e, MissingMandatoryValue):
+            return f"missing value: {e.full_key} (pass {e.full_key}=...)"
+        if isinstance(e, (ConfigAttributeError, ConfigKeyError)) and dataclasses.is_dataclass(
+            e.object_type
+        ):
+            valid = ", ".join(f.name for f in dataclasses.fields(e.object_type))
+            return f"unknown key '{e.full_key}'; valid keys here: {valid}"
+        if isinstance(e, OmegaConfBaseException) and getattr(e, "msg", None):
+            where = f" (at {e.full_key})" if getattr(e, "full_key", None) else ""
+            return f"{str(e.msg).splitlines()[0]}{where}"
+    # Hydra's own errors (an unknown group choice lists the available ones); drop the search path
+    text = str(err).split("Config search path:")[0].strip()
+    head, _, options = text.partition("Available options in")
+    if options:
+        group, _, names = options.partition(":")
+        text = f"{head.strip()}; available options in{group}: {', '.join(names.split())}"
+    return " ".join(text.split()) or type(err).__name__  # Hydra's parse errors span lines
+
+
+@contextlib.contextmanager
+def hydra_session(name: str) -> Iterator[None]:
+    """Hydra initialised on nmt's configs (for compose, override parsing and multirun)."""
+    from hydra import initialize_config_dir
+
+    _register_schemas(name)
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3", job_name=name):
+        yield
+
+
+def search_path(extra_dir: str | None) -> list[str]:
+    # like Hydra's --config-dir: the user's configs are searched too
+    return [f"hydra.searchpath=[file://{Path(extra_dir).resolve()}]"] if extra_dir else []
+
+
+def composed(name: str, overrides: list[str], extra_dir: str | None, prefix: str = "") -> object:
+    """Compose and convert to the schema's dataclass (inside `hydra_session`); errors raise
+    NMTError."""
+    from hydra import compose
+    from omegaconf import OmegaConf
+
+    try:
+        cfg = compose(config_name=name, overrides=[*overrides, *search_path(extra_dir)])
+        return OmegaConf.to_object(cfg)  # runs the schemas' __post_init__ checks
+    except NMTError as err:
+        if not prefix:
+            raise
+        raise NMTError(f"{prefix}{err}") from err
+    except Exception as err:  # Hydra/OmegaConf composition errors
+        raise NMTError(f"config: {prefix}{explain(err)}") from err
+
+
+def compose_config(name: str, overrides: list[str], config_dir: str | None = None) -> object:
+    """The typed config (`TrainRunConfig`, `EvaluateRunConfig`, ...) that `nmt-<name>` would run
+    with these overrides; `config_dir` is an extra directory of configs, like `--config-dir`.
+
+    Raises NMTError with a one-line explanation for a bad key, value or combination.
+    """
+    with hydra_session(name):
+        return composed(name, overrides, config_dir)
