@@ -27,12 +27,13 @@ from conftest import default_sigint
 from starlette.testclient import TestClient
 
 from nmt import cli, serve
+from nmt.api import describe_model, request_decode
 from nmt.batching import Batcher
 from nmt.config import DecodeConfig, Strategy, TransformerConfig
 from nmt.errors import NMTError
 from nmt.models import build_model
 from nmt.run_config import ServeRunConfig
-from nmt.serve import create_app, describe_model, load_app, request_decode
+from nmt.serve import create_app, load_app
 from nmt.translate import Translator
 
 TINY = [
