@@ -9,8 +9,10 @@ Writes OUT/<train>.<tgt> (the teacher's beam-5 translation of each training sour
 line) and links every other file of DATA into OUT (the training sources, valid and test with
 their references), so OUT is a data.local_dir like DATA. With --with-references the student gets
 both: OUT/<train>.<src> holds the sources twice and OUT/<train>.<tgt> the references, then the
-teacher's translations (experiment=multi30k_gru_kd_both). Prints one JSON object: the sentences,
-the seconds, and the BLEU and length ratio of the teacher's output against the training
+teacher's translations (experiment=multi30k_gru_kd_both). Several teachers (each with its own
+tokenizer and model family) give one copy of the sources per teacher, their translations in the
+order given, after the references with --with-references. Prints one JSON object: the sentences,
+and per teacher the seconds and the BLEU and length ratio of its output against the training
 references (how far the student's targets are from the human ones).
 """
 
@@ -37,7 +39,7 @@ def _write(path: Path, lines: list[str]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("teacher", help="checkpoint directory of the teacher")
+    parser.add_argument("teachers", nargs="+", help="checkpoint directories of the teachers")
     parser.add_argument("--data", type=Path, required=True, help="directory of plain text files")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--train", default="train", help="file stem of the training split")
@@ -53,46 +55,59 @@ def main() -> None:
     if args.out.resolve() == args.data.resolve():
         parser.error("--out must not be --data: the training targets would be replaced")
 
-    ckpt, device = load_checkpoint(args.teacher), resolve_device(args.device)
+    device = resolve_device(args.device)
     decode = DecodeConfig(
         strategy=Strategy.beam,
         beam_size=args.beam_size,
         length_penalty=LengthPenalty.gnmt,
         alpha=args.alpha,
     )
-    translator = Translator(restore_model(ckpt, device), ckpt.vocabs, decode, device)
-    src_lang, tgt_lang = ckpt.config.data.src_lang, ckpt.config.data.tgt_lang
+    ckpts = [load_checkpoint(teacher) for teacher in args.teachers]
+    langs = {(c.config.data.src_lang, c.config.data.tgt_lang) for c in ckpts}
+    if len(langs) > 1:
+        parser.error(f"the teachers translate different language pairs: {sorted(langs)}")
+    ((src_lang, tgt_lang),) = langs
     sources = read_lines(args.data / f"{args.train}.{src_lang}")
     references = read_lines(args.data / f"{args.train}.{tgt_lang}")
 
     args.out.mkdir(parents=True, exist_ok=True)
     target = args.out / f"{args.train}.{tgt_lang}"
     source = args.out / f"{args.train}.{src_lang}"
-    written = {target, source} if args.with_references else {target}
+    copies = len(ckpts) + args.with_references  # of the sources, one per target set
+    written = {target, source} if copies > 1 else {target}
     for path in sorted(args.data.iterdir()):
         link = args.out / path.name
         if path.is_file() and link not in written:
             link.unlink(missing_ok=True)  # a file an earlier run wrote, with other options
             link.symlink_to(path.resolve())
-    began = time.perf_counter()
-    outputs = translator.translate(sources)
-    seconds = time.perf_counter() - began
-    if args.with_references:
-        _write(source, sources + sources)
-        _write(target, references + outputs)
-    else:
-        _write(target, outputs)
-    score = BLEU().corpus_score(outputs, [references])
+    targets = [references] if args.with_references else []
+    report = []
+    for teacher, ckpt in zip(args.teachers, ckpts):
+        translator = Translator(restore_model(ckpt, device), ckpt.vocabs, decode, device)
+        began = time.perf_counter()
+        outputs = translator.translate(sources)
+        seconds = time.perf_counter() - began
+        targets.append(outputs)
+        score = BLEU().corpus_score(outputs, [references])
+        report.append(
+            {
+                "teacher": str(Path(teacher).resolve()),
+                "seconds": round(seconds, 1),
+                "teacher_vs_references_bleu": round(score.score, 2),
+                "length_ratio": round(score.sys_len / score.ref_len, 3),
+            }
+        )
+    if copies > 1:
+        _write(source, sources * copies)
+    _write(target, [line for lines in targets for line in lines])
     print(
         json.dumps(
             {
                 "benchmark": "distill",
-                "teacher": str(Path(args.teacher).resolve()),
                 "decode": decode.describe(),
                 "sentences": len(sources),
-                "seconds": round(seconds, 1),
-                "teacher_vs_references_bleu": round(score.score, 2),
-                "length_ratio": round(score.sys_len / score.ref_len, 3),
+                "teachers": report,
+                "with_references": args.with_references,
                 "out": str(target),
             }
         )

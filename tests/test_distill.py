@@ -67,3 +67,33 @@ def test_with_references_the_student_gets_both_targets(train_small, demo_dir, tm
 
     refused = distill("--out", str(demo_dir))  # argparse: the last --out wins
     assert refused.returncode != 0 and "must not be --data" in refused.stderr
+
+
+def test_several_teachers_each_get_a_copy_of_the_sources(train_small, demo_dir, tmp_path):
+    # a recurrent and a Transformer teacher, each with its own tokenizer
+    gru, transformer = train_small("gru"), train_small("transformer")
+    out, single = tmp_path / "both", tmp_path / "single"
+
+    def distill(out: Path, *teachers: Path, refs: bool = False) -> dict:
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "scripts" / "distill.py"), *map(str, teachers),
+             "--data", str(demo_dir), "--out", str(out), "--beam-size", "2",
+             *(["--with-references"] if refs else [])],
+            capture_output=True, text=True, cwd=ROOT,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    report = distill(out, gru, transformer, refs=True)
+    assert [t["teacher"] for t in report["teachers"]] == [str(gru.resolve()),
+                                                          str(transformer.resolve())]  # fmt: skip
+    sources, references = read_lines(demo_dir / "train.de"), read_lines(demo_dir / "train.en")
+    assert read_lines(out / "train.de") == sources * 3
+    targets = read_lines(out / "train.en")
+    assert targets[: len(sources)] == references
+    # each teacher's block is what that teacher alone writes
+    n = len(sources)
+    distill(single, transformer)
+    assert targets[2 * n :] == read_lines(single / "train.en")
+    distill(single, gru)
+    assert targets[n : 2 * n] == read_lines(single / "train.en")
