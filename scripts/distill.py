@@ -10,10 +10,11 @@ line) and links every other file of DATA into OUT (the training sources, valid a
 their references), so OUT is a data.local_dir like DATA. With --with-references the student gets
 both: OUT/<train>.<src> holds the sources twice and OUT/<train>.<tgt> the references, then the
 teacher's translations (experiment=multi30k_gru_kd_both). Several teachers (each with its own
-tokenizer and model family) give one copy of the sources per teacher, their translations in the
-order given, after the references with --with-references. Prints one JSON object: the sentences,
-and per teacher the seconds and the BLEU and length ratio of its output against the training
-references (how far the student's targets are from the human ones).
+tokenizer and model family, and with `--alpha A1 A2 ...` its own length penalty) give one copy of
+the sources per teacher, their translations in the order given, after the references with
+--with-references. Prints one JSON object: the sentences, and per teacher its decoding, the
+seconds, and the BLEU and length ratio of its output against the training references (how far the
+student's targets are from the human ones).
 """
 
 from __future__ import annotations
@@ -44,7 +45,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--train", default="train", help="file stem of the training split")
     parser.add_argument("--beam-size", type=int, default=5)
-    parser.add_argument("--alpha", type=float, default=1.0, help="gnmt length penalty")
+    parser.add_argument(
+        "--alpha",
+        type=float,
+        nargs="+",
+        default=[1.0],
+        help="gnmt length penalty: one for every teacher, or one per teacher in order",
+    )
     parser.add_argument("--device", default="auto")
     parser.add_argument(
         "--with-references",
@@ -55,13 +62,10 @@ def main() -> None:
     if args.out.resolve() == args.data.resolve():
         parser.error("--out must not be --data: the training targets would be replaced")
 
+    if len(args.alpha) not in (1, len(args.teachers)):
+        parser.error(f"--alpha: give 1 value or {len(args.teachers)} (one per teacher)")
+    alphas = args.alpha * len(args.teachers) if len(args.alpha) == 1 else args.alpha
     device = resolve_device(args.device)
-    decode = DecodeConfig(
-        strategy=Strategy.beam,
-        beam_size=args.beam_size,
-        length_penalty=LengthPenalty.gnmt,
-        alpha=args.alpha,
-    )
     ckpts = [load_checkpoint(teacher) for teacher in args.teachers]
     langs = {(c.config.data.src_lang, c.config.data.tgt_lang) for c in ckpts}
     if len(langs) > 1:
@@ -82,7 +86,13 @@ def main() -> None:
             link.symlink_to(path.resolve())
     targets = [references] if args.with_references else []
     report = []
-    for teacher, ckpt in zip(args.teachers, ckpts):
+    for teacher, ckpt, alpha in zip(args.teachers, ckpts, alphas):
+        decode = DecodeConfig(
+            strategy=Strategy.beam,
+            beam_size=args.beam_size,
+            length_penalty=LengthPenalty.gnmt,
+            alpha=alpha,
+        )
         translator = Translator(restore_model(ckpt, device), ckpt.vocabs, decode, device)
         began = time.perf_counter()
         outputs = translator.translate(sources)
@@ -92,6 +102,7 @@ def main() -> None:
         report.append(
             {
                 "teacher": str(Path(teacher).resolve()),
+                "decode": decode.describe(),
                 "seconds": round(seconds, 1),
                 "teacher_vs_references_bleu": round(score.score, 2),
                 "length_ratio": round(score.sys_len / score.ref_len, 3),
@@ -104,7 +115,6 @@ def main() -> None:
         json.dumps(
             {
                 "benchmark": "distill",
-                "decode": decode.describe(),
                 "sentences": len(sources),
                 "teachers": report,
                 "with_references": args.with_references,

@@ -70,30 +70,38 @@ def test_with_references_the_student_gets_both_targets(train_small, demo_dir, tm
 
 
 def test_several_teachers_each_get_a_copy_of_the_sources(train_small, demo_dir, tmp_path):
-    # a recurrent and a Transformer teacher, each with its own tokenizer
+    # a recurrent and a Transformer teacher, each with its own tokenizer and length penalty
     gru, transformer = train_small("gru"), train_small("transformer")
     out, single = tmp_path / "both", tmp_path / "single"
 
-    def distill(out: Path, *teachers: Path, refs: bool = False) -> dict:
-        done = subprocess.run(
-            [sys.executable, str(ROOT / "scripts" / "distill.py"), *map(str, teachers),
-             "--data", str(demo_dir), "--out", str(out), "--beam-size", "2",
-             *(["--with-references"] if refs else [])],
+    def distill(out: Path, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, str(ROOT / "scripts" / "distill.py"), *args, "--data", str(demo_dir),
+             "--out", str(out), "--beam-size", "2"],
             capture_output=True, text=True, cwd=ROOT,
         )  # fmt: skip
+
+    def report(done: subprocess.CompletedProcess) -> dict:
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout.strip().splitlines()[-1])
 
-    report = distill(out, gru, transformer, refs=True)
-    assert [t["teacher"] for t in report["teachers"]] == [str(gru.resolve()),
-                                                          str(transformer.resolve())]  # fmt: skip
+    both = report(distill(out, str(gru), str(transformer), "--alpha", "1.0", "2.0",
+                          "--with-references"))  # fmt: skip
+    assert [(t["teacher"], t["decode"]) for t in both["teachers"]] == [
+        (str(gru.resolve()), "beam 2, length penalty gnmt alpha 1"),
+        (str(transformer.resolve()), "beam 2, length penalty gnmt alpha 2"),
+    ]
     sources, references = read_lines(demo_dir / "train.de"), read_lines(demo_dir / "train.en")
     assert read_lines(out / "train.de") == sources * 3
     targets = read_lines(out / "train.en")
     assert targets[: len(sources)] == references
     # each teacher's block is what that teacher alone writes
     n = len(sources)
-    distill(single, transformer)
+    report(distill(single, str(transformer), "--alpha", "2.0"))
     assert targets[2 * n :] == read_lines(single / "train.en")
-    distill(single, gru)
+    report(distill(single, str(gru)))
     assert targets[n : 2 * n] == read_lines(single / "train.en")
+
+    refused = distill(tmp_path / "x", str(gru), str(transformer), "--alpha", "1", "2", "3")
+    assert refused.returncode != 0 and "give 1 value or 2" in refused.stderr
+    assert not (tmp_path / "x").exists()
