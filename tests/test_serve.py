@@ -26,7 +26,7 @@ import torch
 from conftest import default_sigint
 from starlette.testclient import TestClient
 
-from nmt import cli, serve
+from nmt import api, cli
 from nmt.api import describe_model, request_decode
 from nmt.batching import Batcher
 from nmt.config import DecodeConfig, Strategy, TransformerConfig
@@ -163,7 +163,7 @@ def test_attention_has_a_map_per_hypothesis_shaped_by_the_pieces(client, ckpt):
 
 
 def test_attention_too_large_to_send_is_left_out_with_a_reason(client, monkeypatch):
-    monkeypatch.setattr(serve, "MAX_ATTENTION_WEIGHTS", 20)
+    monkeypatch.setattr(api, "MAX_ATTENTION_WEIGHTS", 20)
     result = post(client, {"text": SENTENCES[0], "attention": True})["translations"][0]
     assert result["text"] and result["attention"] is None
     assert "more than the 20 this server returns" in result["attention_omitted"]
