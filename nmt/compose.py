@@ -2,8 +2,7 @@
 
 Composition goes through Hydra's compose API, so a command never changes directory or writes
 Hydra output folders, and a misspelt key, a bad choice or a bad combination is one NMTError whose
-message names the valid keys or options. Only this module, ``nmt/sweep.py`` and ``nmt/cli.py``
-import Hydra.
+message names the valid keys or options. Only this module and ``nmt/sweep.py`` import Hydra.
 """
 
 from __future__ import annotations
