@@ -1,6 +1,6 @@
 """`nmt-export`: a checkpoint as files another runtime can load.
 
-- `format=onnx`: `encoder.onnx` and `decoder_step.onnx` (`nmt/graphs.py`), for onnxruntime;
+- `format=onnx`: `encoder.onnx` and `decoder_step.onnx` (`nmt/graphs/`), for onnxruntime;
 - `format=torchscript`: `encoder.pt` and `decoder_step.pt` (torch.jit.trace of the same graphs);
 - `format=ctranslate2`: a CTranslate2 model directory (Transformer only,
   `nmt/ctranslate2_export.py`).
