@@ -17,10 +17,12 @@ inputs under runs/; the chain passes the paths under RUNS explicitly, so RUNS ma
 
 A step that finished is skipped when the chain runs again (RUNS/chain/<step>.json holds its
 record), and a training step that was cut off resumes from its last checkpoint
-(`train.resume=true`, the budget counting the minutes already spent). `--gru-args` and
-`--transformer-args` add Hydra overrides to every training run of that family (a smaller model
-for a quick try; `device=cuda`). Prints one JSON object: each step's seconds, and per final
-model the valid BLEU at each penalty, the choice and the test scores with their signatures.
+(`train.resume=true`, the budget counting the minutes already spent). Once a step runs, every
+later step runs again (a training one with `train.overwrite=true`): its inputs may have changed.
+`--gru-args` and `--transformer-args` add Hydra overrides to every training run of that family
+(a smaller model for a quick try; `device=cuda`). Prints one JSON object: each step's seconds,
+and per final model the valid BLEU at each penalty, the choice and the test scores with their
+signatures.
 """
 
 from __future__ import annotations
@@ -47,19 +49,23 @@ class Chain:
         self.records = runs / "chain"
         self.records.mkdir(parents=True, exist_ok=True)
         self.steps: dict[str, dict] = {}
+        self.stale = False  # a step ran in this chain: every later one's inputs may have changed
 
-    def step(self, name: str, command: list[str], resume: bool = False) -> None:
-        """Run `command` unless an earlier chain finished it; `resume` adds train.resume=true
-        when the run directory already holds a checkpoint of a run that was cut off."""
+    def step(self, name: str, command: list[str], training: bool = False) -> None:
+        """Run `command` unless an earlier chain finished it and nothing before it ran again. A
+        training step that was cut off resumes its run; one whose inputs changed starts over."""
         record = self.records / f"{name}.json"
-        if record.exists():
+        if record.exists() and not self.stale:
             self.steps[name] = {**json.loads(record.read_text()), "skipped": True}
             print(f"[chain] {name}: done before, skipped", file=sys.stderr, flush=True)
             return
-        if resume and (self.runs / name / "checkpoints" / "last").exists():
+        if training and self.stale:
+            command = [*command, "train.overwrite=true"]
+        elif training and (self.runs / name / "checkpoints" / "last").exists():
             # the run continues its own weights: the experiment's init_from would be refused
             command = [a for a in command if not a.startswith("train.init_from=")]
             command += ["train.resume=true", "train.init_from=null"]
+        self.stale = True
         print(f"[chain] {name}: {' '.join(command[3:])}", file=sys.stderr, flush=True)
         began = time.monotonic()
         subprocess.run(command, check=True)
@@ -69,7 +75,7 @@ class Chain:
 
     def train(self, name: str, experiment: str, extra: list[str]) -> None:
         run = ["experiment=" + experiment, f"run_dir={self.runs / name}", *extra]
-        self.step(name, [*_command("train"), *run], resume=True)
+        self.step(name, [*_command("train"), *run], training=True)
         if not self.steps[name].get("skipped"):  # its best checkpoint may have changed
             for scored in (self.runs / name).glob("eval-*-alpha*"):
                 shutil.rmtree(scored)

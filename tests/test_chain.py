@@ -12,7 +12,6 @@ from conftest import SMALL, SMALL_MODELS
 from nmt.data import read_lines
 
 ROOT = Path(__file__).resolve().parents[1]
-RUNS = ("kd_both_more", "tf_kd3")  # the two final models
 TINY = ["train.max_minutes=0", "train.max_steps=4", "train.valid_every=2", "train.warmup_steps=1"]
 
 
@@ -61,15 +60,16 @@ def test_the_chain_runs_every_step_then_skips_or_resumes(demo_dir, tmp_path):
         assert set(result["valid_bleu"]) == {"1.0", "2.0"}
         assert result["alpha"] in (1.0, 2.0) and result["test"]["report"][1].startswith("  sig")
 
-    # again: nothing retrains; a cut-off step (its record gone) resumes its own run, and only its
-    # scores are computed anew
+    # again: a cut-off step (its record gone) resumes its own run, and every step after it runs
+    # again, starting over, since its inputs may have changed; the steps before it are kept
     (runs / "chain" / "kd_both_more.json").unlink()
-    scored = {run: next((runs / run).glob("eval-test-*/test.scores.json")) for run in RUNS}
-    before = {run: path.stat().st_mtime_ns for run, path in scored.items()}
+    kept = {run: (runs / "chain" / f"{run}.json").stat().st_mtime_ns for run in steps[:3]}
+    scored = next((runs / "tf_kd3").glob("eval-test-*/test.scores.json")).stat().st_mtime_ns
     again, said = chain(data, runs)
-    assert [n for n, s in again["steps"].items() if not s.get("skipped")] == ["kd_both_more"]
-    resumed = [line for line in said.splitlines() if line.startswith("[chain] kd_both_more:")]
-    assert resumed and resumed[0].endswith("train.resume=true train.init_from=null")
-    after = {run: next((runs / run).glob("eval-test-*/test.scores.json")) for run in RUNS}
-    assert after["tf_kd3"].stat().st_mtime_ns == before["tf_kd3"]
-    assert after["kd_both_more"].stat().st_mtime_ns > before["kd_both_more"]
+    ran = [n for n, s in again["steps"].items() if not s.get("skipped")]
+    assert ran == ["kd_both_more", "distill-three", "tf_kd3"]
+    assert all((runs / "chain" / f"{r}.json").stat().st_mtime_ns == t for r, t in kept.items())
+    lines = {line.split(":")[0]: line for line in said.splitlines() if line.startswith("[chain]")}
+    assert lines["[chain] kd_both_more"].endswith("train.resume=true train.init_from=null")
+    assert lines["[chain] tf_kd3"].endswith("train.overwrite=true")
+    assert next((runs / "tf_kd3").glob("eval-test-*/test.scores.json")).stat().st_mtime_ns > scored
