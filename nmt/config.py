@@ -179,7 +179,8 @@ class RNNConfig(ModelConfig):
     encoder_layers: int = 1
     decoder_layers: int = 1
     bidirectional: bool = True
-    dropout: float = 0.3
+    dropout: float = 0.3  # between layers, on the encoder's states, on the decoder's outputs
+    embedding_dropout: float | None = None  # on source and target embeddings; None = dropout
     attention: AttentionType = AttentionType.additive
     attention_size: int = 0  # inner size of additive/concat scorers; 0 = hidden_size
     heads: int = 4  # multihead only
@@ -203,6 +204,13 @@ class RNNConfig(ModelConfig):
             )
         if not 0.0 <= self.dropout < 1.0:
             raise NMTError(f"model.dropout={self.dropout} must be in [0, 1)")
+        if self.embedding_dropout is not None and not 0.0 <= self.embedding_dropout < 1.0:
+            raise NMTError(f"model.embedding_dropout={self.embedding_dropout} must be in [0, 1)")
+
+    @property
+    def embedding_p(self) -> float:
+        """The drop rate on embeddings: embedding_dropout where set, else dropout."""
+        return self.dropout if self.embedding_dropout is None else self.embedding_dropout
 
 
 @dataclass

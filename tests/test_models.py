@@ -149,3 +149,52 @@ def test_piece_tables_follow_the_weights():
         first_step()
     assert model.decoder.piece_tables().emb.dtype == torch.float32
     torch.testing.assert_close(first_step(), teacher_forced(), rtol=1e-5, atol=1e-5)
+
+
+def dropped_share(model: torch.nn.Module, batch) -> dict[str, float]:
+    """Share of zeros, over one training-mode forward, in the embeddings each recurrent cell reads
+    (the first part of its input) and in the encoder's states. Nothing in an untrained model is
+    exactly zero unless dropout made it so."""
+    counts: dict[str, list[float]] = {}
+
+    def count(name, x):
+        x = x.data if hasattr(x, "batch_sizes") else x  # a packed sequence's elements
+        zeros, total = counts.setdefault(name, [0.0, 0.0])
+        counts[name] = [zeros + (x == 0).sum().item(), total + x.numel()]
+
+    E = model.decoder.embed.embedding_dim
+    model.encoder.rnn.register_forward_pre_hook(lambda m, args: count("encoder input", args[0]))
+    model.encoder.register_forward_hook(
+        lambda m, args, out: count("encoder states", out.memory[out.src_mask])  # not padding
+    )
+    # a decoder with input feeding calls its cell once per step: the hook adds them up
+    model.decoder.rnn.register_forward_pre_hook(
+        lambda m, args: count("decoder input", args[0][..., :E])
+    )
+    model.train()(batch.src, batch.src_lens, batch.tgt_in)
+    return {name: zeros / total for name, (zeros, total) in counts.items()}
+
+
+@pytest.mark.parametrize(
+    "places, expect",
+    [
+        (dict(dropout=0.5), dict(embeddings=True, states=True)),  # unset: dropout everywhere
+        (dict(dropout=0.5, embedding_dropout=0.0), dict(embeddings=False, states=True)),
+        (dict(dropout=0.0, embedding_dropout=0.5), dict(embeddings=True, states=False)),
+    ],
+)
+@pytest.mark.parametrize("decoder", ["bahdanau", "luong"])
+def test_embedding_dropout_drops_the_embeddings_only(places, expect, decoder):
+    torch.manual_seed(0)
+    model = build_model(RNNConfig(emb_size=32, hidden_size=32, decoder=decoder, **places), V, V)
+    batch, _ = batch_of(0, [9, 8, 8, 7, 6, 9, 9, 8], tgt_len=8)
+    seen = dropped_share(model, batch)
+    for name in ("encoder input", "decoder input"):
+        assert (0.35 < seen[name] < 0.65) if expect["embeddings"] else seen[name] == 0.0, seen
+    states = seen["encoder states"]
+    assert (0.35 < states < 0.65) if expect["states"] else states == 0.0, seen
+
+
+def test_embedding_dropout_outside_zero_to_one_is_refused():
+    with pytest.raises(Exception, match=r"model.embedding_dropout=1.0 must be in \[0, 1\)"):
+        RNNConfig(embedding_dropout=1.0)

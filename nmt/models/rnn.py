@@ -48,6 +48,7 @@ class RNNEncoder(nn.Module):
         self.directions = 2 if cfg.bidirectional else 1
         self.layers = cfg.encoder_layers
         self.embed = nn.Embedding(vocab_size, cfg.emb_size, padding_idx=PAD)
+        self.embed_dropout = Dropout(cfg.embedding_p)
         self.dropout = Dropout(cfg.dropout)
         self.rnn = _rnn(
             cfg.cell,
@@ -60,7 +61,7 @@ class RNNEncoder(nn.Module):
 
     def forward(self, src: Tensor, src_lens: Tensor) -> EncoderOutput:
         """src (B, S), src_lens (B,) -> memory (B, S, H), final (B, H) from the top layer."""
-        x = self.dropout(self.embed(src))
+        x = self.embed_dropout(self.embed(src))
         # packing keeps padding out of the recurrent states, in both directions
         packed = pack_padded_sequence(x, src_lens.cpu(), batch_first=True, enforce_sorted=False)
         out, hidden = self.rnn(packed)
@@ -108,6 +109,7 @@ class RNNDecoder(nn.Module):
         self.cfg = cfg
         self.hidden_size = cfg.hidden_size
         self.embed = nn.Embedding(vocab_size, cfg.emb_size, padding_idx=PAD)
+        self.embed_dropout = Dropout(cfg.embedding_p)
         self.dropout = Dropout(cfg.dropout)
         self.rnn = _rnn(cfg.cell, rnn_input_size, cfg.hidden_size, cfg.decoder_layers, cfg.dropout)
         size = cfg.attention_size or cfg.hidden_size
@@ -160,7 +162,8 @@ class RNNDecoder(nn.Module):
         the written-out gates would be a dozen (unmeasured: no GPU in the session that wrote
         this)."""
         if self.training or not torch.is_inference_mode_enabled() or prev.device.type == "cuda":
-            outputs, weights, state = self.run(self.dropout(self.embed(prev.unsqueeze(1))), state)
+            emb = self.embed_dropout(self.embed(prev.unsqueeze(1)))
+            outputs, weights, state = self.run(emb, state)
             outputs = outputs.squeeze(1)
         else:
             outputs, weights, state = self.run_step(prev, state)
@@ -197,7 +200,7 @@ class RNNDecoder(nn.Module):
 
     def forward(self, tgt_in: Tensor, state: RNNState) -> tuple[Tensor, Tensor | None]:
         """Teacher forcing: tgt_in (B, T) -> logits (B, T, V), attention (B, T, 1, h, S) or None."""
-        outputs, weights, _ = self.run(self.dropout(self.embed(tgt_in)), state)
+        outputs, weights, _ = self.run(self.embed_dropout(self.embed(tgt_in)), state)
         return self.out(outputs), weights
 
 
