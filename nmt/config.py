@@ -330,6 +330,10 @@ class DecodeConfig:
     # translations of each source piece and the `shortlist_frequent` most frequent pieces; 0 = all
     shortlist: int = 0
     shortlist_frequent: int = 100
+    # the search's matrix products in bf16 (autocast; scores and log-probabilities stay fp32):
+    # on a CPU with bf16 dot-product instructions (AVX512-BF16, AMX) and on GPUs that is faster,
+    # and outputs may differ from fp32 where two hypotheses score within bf16's rounding
+    precision: Precision = Precision.fp32
 
     def __post_init__(self) -> None:
         if self.beam_size < 1 or self.n_best < 1 or self.batch_size < 1:
@@ -371,6 +375,8 @@ class DecodeConfig:
             text += f", no_repeat_ngram {self.no_repeat_ngram}"
         if self.shortlist:
             text += f", shortlist {self.shortlist} per source piece + {self.shortlist_frequent}"
+        if self.precision != Precision.fp32:
+            text += f", {self.precision.value}"
         return text
 
     def max_len(self, src_len: int) -> int:

@@ -32,9 +32,11 @@ def resolve_device(name: str, local_rank: int | None = None) -> torch.device:
     return torch.device(name)
 
 
-def check_precision(device: torch.device, precision: Precision) -> None:
+def check_precision(
+    device: torch.device, precision: Precision, key: str = "train.precision"
+) -> None:
     if precision == Precision.fp16 and device.type != "cuda":
-        raise NMTError("train.precision=fp16 needs a CUDA device; use bf16 or fp32 on the CPU")
+        raise NMTError(f"{key}=fp16 needs a CUDA device; use bf16 or fp32 on the CPU")
 
 
 def autocast(device: torch.device, precision: Precision) -> contextlib.AbstractContextManager:

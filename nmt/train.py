@@ -448,6 +448,7 @@ def train_main(cfg: TrainRunConfig, started: float | None = None) -> Path:
     where = from_environment()
     device = resolve_device(cfg.device, where.local_rank if where.active else None)
     check_precision(device, cfg.train.precision)
+    check_precision(device, cfg.decode.precision, "decode.precision")
     init_process_group(where, device)
     try:
         data, model, resume = prepare_run(cfg, where)

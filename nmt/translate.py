@@ -24,7 +24,7 @@ from nmt.attention_map import format_attention, save_heatmap, select_map
 from nmt.checkpoint import load_checkpoint, restore_model
 from nmt.config import DecodeConfig, Strategy
 from nmt.data import clean
-from nmt.device import resolve_device
+from nmt.device import autocast, check_precision, resolve_device
 from nmt.errors import NMTError
 from nmt.lexicon import NO_LEXICON, Lexicon
 from nmt.models.seq2seq import Seq2Seq
@@ -67,6 +67,7 @@ class Translator:
         lexicon: Lexicon | None = None,
     ) -> None:
         """`lexicon` (the checkpoint's) is needed by `decode.shortlist` alone."""
+        check_precision(device, decode.precision, "decode.precision")
         if decode.shortlist and lexicon is None:
             raise NMTError(NO_LEXICON)
         if decode.shortlist and lexicon.shape != (len(vocabs.src), len(vocabs.tgt)):
@@ -114,7 +115,10 @@ class Translator:
                 file=sys.stderr,
                 flush=True,
             )
-        nbests = decode_all(self.model, src_ids, self.decode, self.device, attention, self.lexicon)
+        with autocast(self.device, self.decode.precision):
+            nbests = decode_all(
+                self.model, src_ids, self.decode, self.device, attention, self.lexicon
+            )
         flat = [h.tokens for hyps in nbests for h in hyps]
         # byte pieces could decode to a newline: clean() keeps every text on one line
         texts = iter([clean(t) for t in self.vocabs.tgt.decode(flat)] if flat else [])

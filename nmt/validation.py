@@ -51,7 +51,9 @@ def validate(
     nll = nll.item()
     result = {"loss": nll / tokens, "ppl": math.exp(min(nll / tokens, 50.0))}
     if cfg.train.valid_bleu:
-        with autocast(device, cfg.train.precision):
+        # the search runs as nmt-evaluate runs it (decode.precision), so the BLEU logged here is
+        # the one nmt-evaluate gives the checkpoint
+        with autocast(device, cfg.decode.precision):
             hyps = decode_all(model, data.src, cfg.decode, device, lexicon=lexicon)
         result["bleu"] = bleu(vocabs.tgt.decode([h[0].tokens for h in hyps]), references)
     model.train()

@@ -23,16 +23,26 @@ from pathlib import Path
 import torch
 
 from nmt.checkpoint import load_checkpoint, restore_model
-from nmt.config import DecodeConfig, LengthPenalty, Strategy
+from nmt.config import DecodeConfig, LengthPenalty, Precision, Strategy
 from nmt.data import read_lines
 from nmt.device import describe, resolve_device
 from nmt.translate import Translator
 
 
 def decode_config(
-    strategy: str, beam_size: int, batch_size: int, shortlist: int = 0, frequent: int = 100
+    strategy: str,
+    beam_size: int,
+    batch_size: int,
+    shortlist: int = 0,
+    frequent: int = 100,
+    precision: str = "fp32",
 ) -> DecodeConfig:
-    base = DecodeConfig(batch_size=batch_size, shortlist=shortlist, shortlist_frequent=frequent)
+    base = DecodeConfig(
+        batch_size=batch_size,
+        shortlist=shortlist,
+        shortlist_frequent=frequent,
+        precision=Precision(precision),
+    )
     if strategy == "beam":
         return replace(
             base,
@@ -58,6 +68,9 @@ def main() -> None:
         "--shortlist", type=int, default=0, help="decode.shortlist (0: every target piece)"
     )
     parser.add_argument("--shortlist-frequent", type=int, default=100)
+    parser.add_argument(
+        "--precision", default="fp32", choices=[p.value for p in Precision], help="decode.precision"
+    )
     args = parser.parse_args()
 
     ckpt = load_checkpoint(args.ckpt)
@@ -70,7 +83,12 @@ def main() -> None:
     for strategy in args.strategies:
         for batch_size in args.batch_sizes:
             cfg = decode_config(
-                strategy, args.beam_size, batch_size, args.shortlist, args.shortlist_frequent
+                strategy,
+                args.beam_size,
+                batch_size,
+                args.shortlist,
+                args.shortlist_frequent,
+                args.precision,
             )
             translator = Translator(model, ckpt.vocabs, cfg, device, ckpt.lexicon)
             translator.translate(sentences[:16])  # warm-up: allocator, kernels, caches

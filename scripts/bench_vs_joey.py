@@ -20,8 +20,9 @@ the same architectures and batches of 2,048 tokens:
   schedule), so that both translate with trained models of similar output length; then the
   whole CLI run that translates the 1,000 sentences of test2016 with beam 5, batch 64, timed by
   the wall clock (model loading included, as a user waits for it); each output's BLEU and length
-  ratio are reported too. nmt runs twice: exact, and with `decode.shortlist=20` (the lexical
-  shortlist, nmt/lexicon.py). --repeats N runs the three commands in turn N times; the ratios
+  ratio are reported too. nmt runs three times: exact, with `decode.shortlist=20` (the lexical
+  shortlist, nmt/lexicon.py) and exact with `decode.precision=bf16` (the search's matrix products
+  in bfloat16). --repeats N runs the four commands in turn N times; the ratios
   are the medians of the ratios within each round, since the machine's speed drifts.
 
 Joey is installed by joey_peer.sh into its own venv under /tmp (never a dependency of nmt). Run
@@ -211,28 +212,31 @@ def main() -> None:
         if not (ckpt / "lexicon.pt").exists():  # a run from before nmt learned lexicons
             run([BIN / "python", "-m", "nmt.lexicon", ckpt], stdout=subprocess.DEVNULL)
         joey_out = work / "joey.test.en"
-        nmt_out, short_out = work / "nmt.test.en", work / "nmt-shortlist.test.en"
         joey_cmd = [JOEY_PY, "-m", "joeynmt", "translate", cfg]
         nmt_cmd = [BIN / "nmt-translate", f"ckpt={ckpt}", "decode=beam", "decode.batch_size=64"]
-        short_cmd = [*nmt_cmd, "decode.shortlist=20"]
-        times: dict[str, list[float]] = {"joey": [], "nmt": [], "nmt_shortlist": []}
+        ours = {
+            "nmt": nmt_cmd,
+            "nmt_shortlist": [*nmt_cmd, "decode.shortlist=20"],
+            "nmt_bf16": [*nmt_cmd, "decode.precision=bf16"],
+        }
+        times: dict[str, list[float]] = {"joey": [], **{name: [] for name in ours}}
         for _ in range(args.repeats):
             times["joey"].append(timed(joey_cmd, test_de, joey_out))
-            times["nmt"].append(timed(nmt_cmd, test_de, nmt_out))
-            times["nmt_shortlist"].append(timed(short_cmd, test_de, short_out))
+            for name, cmd in ours.items():
+                times[name].append(timed(cmd, test_de, work / f"{name}.test.en"))
 
-        def ratio(ours: str) -> float:  # Joey's time over ours, the median over the rounds
-            return statistics.median(j / n for j, n in zip(times["joey"], times[ours]))
+        def ratio(name: str) -> float:  # Joey's time over ours, the median over the rounds
+            return statistics.median(j / n for j, n in zip(times["joey"], times[name]))
 
         result["translate_test2016_beam5_s"] = {
             **{name: round(statistics.median(ts), 2) for name, ts in times.items()},
             "runs": {name: [round(t, 2) for t in ts] for name, ts in times.items()},
             "ratio": ratio("nmt"),
             "ratio_shortlist": ratio("nmt_shortlist"),
+            "ratio_bf16": ratio("nmt_bf16"),
             "updates": args.translate_steps,
             "joey_output": bleu(joey_out, test_en),
-            "nmt_output": bleu(nmt_out, test_en),
-            "nmt_shortlist_output": bleu(short_out, test_en),
+            **{f"{name}_output": bleu(work / f"{name}.test.en", test_en) for name in ours},
         }
     print(json.dumps(result))
 
