@@ -155,7 +155,7 @@ def tiny_model_and_sources(family: str) -> tuple[torch.nn.Module, list[list[int]
 @pytest.mark.parametrize("decoding", DECODINGS)
 @pytest.mark.parametrize("family", TINY)
 def test_every_strategy_decodes_on_cuda(family, decoding, precision):
-    """N n-best lists for N sources, in fp32 and under bf16 autocast (as validation decodes)."""
+    """N n-best lists for N sources, in fp32 and under bf16 autocast (decode.precision=bf16)."""
     model, sources = tiny_model_and_sources(family)
     cfg, device = DECODINGS[decoding], torch.device(DEVICE)
     model = model.to(device)

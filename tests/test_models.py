@@ -142,7 +142,7 @@ def test_piece_tables_follow_the_weights():
     other = tiny(attention=AttentionType.additive)
     model.load_state_dict(other.state_dict())
     torch.testing.assert_close(first_step(), teacher_forced(), rtol=1e-5, atol=1e-5)
-    # tables first built under autocast (bf16 validation) keep the weights' dtype for later
+    # tables first built under autocast (decode.precision=bf16) keep the weights' dtype for later
     # searches in float32
     model.load_state_dict(tiny(attention=AttentionType.additive).state_dict())
     with torch.autocast("cpu", dtype=torch.bfloat16):
