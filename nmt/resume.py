@@ -83,10 +83,18 @@ def load_init(cfg: TrainRunConfig, say: Callable[[str], None]) -> Checkpoint:
 def rng_state() -> dict:
     """This process's random streams (dropout, sampling), for a checkpoint: resuming them makes
     the continued run draw what the uninterrupted one would have."""
-    return {
+    state = {
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
     }
+    if state["cuda"]:
+        # cuDNN draws the dropout between the layers of an nn.GRU/nn.LSTM from a random stream of
+        # its own, which no checkpoint can hold; it reseeds that stream from the CUDA generator at
+        # its next call whenever the generator's state has been set. Setting the state to what it
+        # is makes this run reseed here, as a run resumed from this checkpoint does after
+        # `set_rng_state`, so both draw the same masks from here on.
+        torch.cuda.set_rng_state_all(state["cuda"])
+    return state
 
 
 def set_rng_state(state: dict) -> None:

@@ -263,8 +263,15 @@ def main() -> None:
     parser.add_argument("--out", help="also write the JSON here (default: $OUT/bench_gpu.json)")
     parser.add_argument("--budget-s", type=float, help="wall-clock budget of the whole run")
     parser.add_argument("--row-timeout-s", type=float, help="time limit of one row")
+    parser.add_argument(
+        "--parts", default="eager,translate,compiled",
+        help="which rows, comma-separated: eager (training), translate, compiled (training)",
+    )  # fmt: skip
     args = parser.parse_args()
     started = time.monotonic()
+    parts = set(args.parts.split(","))
+    if not parts <= {"eager", "translate", "compiled"}:
+        parser.error(f"--parts {args.parts}: choose from eager, translate, compiled")
 
     import torch
 
@@ -293,9 +300,13 @@ def main() -> None:
         can_compile = compile_available(data)
         if not can_compile:
             log("train.compile is not a key of this checkout's config: compiled rows skipped")
-        eager = train_rows(args, budget, data, False, can_compile)
-        translation = translate_rows(args, budget, data, source, work)
-        compiled = train_rows(args, budget, data, True, can_compile)
+        eager, translation, compiled = [], [], []
+        if "eager" in parts:
+            eager = train_rows(args, budget, data, False, can_compile)
+        if "translate" in parts:
+            translation = translate_rows(args, budget, data, source, work)
+        if "compiled" in parts:
+            compiled = train_rows(args, budget, data, True, can_compile)
 
     report = {
         "benchmark": "bench_gpu",
@@ -311,6 +322,7 @@ def main() -> None:
             "translate_sentences_batch_1": args.batch1_sentences,
             "budget_s": args.budget_s,
             "row_timeout_s": args.row_timeout_s,
+            "parts": sorted(parts),
         },
         "train": eager + compiled,
         "translate": translation,

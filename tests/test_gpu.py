@@ -329,6 +329,16 @@ def test_fused_attention_kernels_match_the_explicit_softmax(exact_fp32, precisio
     torch.testing.assert_close(fused.float(), explicit.float(), rtol=tolerance, atol=tolerance)
 
 
+def test_the_cuda_device_keeps_attention_off_the_cudnn_kernel():
+    """cuDNN's SDPA kernel builds a plan for every new shape, and sentence batches bring new shapes
+    all the time: bf16 Transformer training ran 5x slower with it on an H200 (docs/gpu.md).
+    Choosing a CUDA device turns it off for the process."""
+    from nmt.device import resolve_device
+
+    resolve_device(DEVICE)
+    assert not torch.backends.cuda.cudnn_sdp_enabled()
+
+
 # 7. the command-line tools on CUDA -----------------------------------------------------------
 
 
