@@ -331,8 +331,9 @@ class DecodeConfig:
     shortlist: int = 0
     shortlist_frequent: int = 100
     # the search's matrix products in bf16 (autocast; scores and log-probabilities stay fp32):
-    # on a CPU with bf16 dot-product instructions (AVX512-BF16, AMX) and on GPUs that is faster,
-    # and outputs may differ from fp32 where two hypotheses score within bf16's rounding
+    # on a CPU with bf16 dot-product instructions (AVX512-BF16, AMX) that is faster (on a GPU,
+    # not measured: its training at small batches was slower in bf16, docs/gpu.md), and outputs
+    # may differ from fp32 where two hypotheses score within bf16's rounding
     precision: Precision = Precision.fp32
 
     def __post_init__(self) -> None:
