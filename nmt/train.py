@@ -20,6 +20,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
+from nmt.bad_updates import NAN_ADVICE, BadUpdates
 from nmt.budget import Budget
 from nmt.checkpoint import Checkpoint, point, prune, save_checkpoint
 from nmt.config import Metric, Optimizer, Precision
@@ -45,8 +46,6 @@ from nmt.run_config import TrainRunConfig
 from nmt.run_log import RunLog, Window
 from nmt.schedule import LRSchedule
 from nmt.validation import save_alignments, validate
-
-MIN_LOSS_SCALE = 1e-4  # below this an fp16 run cannot recover (fairseq stops at the same point)
 
 
 @dataclass
@@ -112,10 +111,11 @@ class Trainer:
         self.saved_step = -1  # step of the newest checkpoint
         self.log: RunLog | None = None  # rank 0's, while the loop runs
         self.resumed_at: int | None = None  # the step a resumed run continues from
-        self.bad_in_row = 0  # consecutive skipped updates (NaN/inf, out of memory)
-        self.skipped = 0  # skipped updates since the last log line
         self.norms: list[float] = []  # gradient norms of the updates since the last log line
-        self.say = where.say
+        self.say = where.say  # the progress bar's write while the loop runs
+        self.bad = BadUpdates(
+            cfg.train.max_bad_updates, lambda line: self.say(line), lambda: self.saved_step
+        )
         valid_tokens = sum(len(t) + 1 for t in data.valid.tgt)
         began = time.monotonic() if started is None else started
         self.budget = Budget(cfg.train.max_minutes, began, valid_tokens)  # train.max_minutes
@@ -166,7 +166,16 @@ class Trainer:
         except torch.OutOfMemoryError:
             out_of_memory = True  # handled outside the except: the traceback pins the activations
         if out_of_memory:
-            self._skip_out_of_memory(mine)
+            self.optimizer.zero_grad(set_to_none=True)
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            self.bad.out_of_memory(
+                self.progress.step,
+                sentences=sum(len(batch) for batch in mine),
+                tokens=sum(len(train.tgt[i]) + 1 for batch in mine for i in batch),
+                batch_tokens=cfg.batch_tokens,
+                rank=self.where.rank if self.where.active else None,
+            )
             return torch.zeros(2, device=self.device), 0
         self.scaler.unscale_(self.optimizer)  # a no-op unless fp16
         params = [p for p in self.model.parameters() if p.grad is not None]
@@ -183,17 +192,13 @@ class Trainer:
             self.scaler.step(self.optimizer)  # skips the step itself on overflow
             self.scaler.update()  # and lowers the scale
             if not ok:
-                self._fp16_overflow()
+                self.bad.fp16_overflow(self.progress.step, self.scaler.get_scale())
         elif ok:
             self.optimizer.step()
-            self.bad_in_row = 0
+            self.bad.applied()
         else:
-            self._skip(
-                "the loss or gradient norm is NaN/inf",
-                "usual causes: a learning rate too high or too little warm-up (train.lr, "
-                "train.warmup_steps), no gradient clipping (train.clip_grad_norm), fp16 overflow "
-                "(train.precision=bf16 or fp32)",
-            )
+            self.optimizer.zero_grad(set_to_none=True)
+            self.bad.skip(self.progress.step, "the loss or gradient norm is NaN/inf", NAN_ADVICE)
         if not ok:
             return torch.zeros(2, device=self.device), 0
         return sums, tokens
@@ -215,49 +220,6 @@ class Trainer:
                 self.scaler.scale(loss / (tokens / world)).backward()
             sums += torch.stack([loss.detach(), nll.detach()])
         return sums
-
-    def _skip(self, reason: str, advice: str) -> None:
-        """Count a skipped update; too many in a row stop the run (the last checkpoint stays)."""
-        self.optimizer.zero_grad(set_to_none=True)
-        self.bad_in_row += 1
-        self.skipped += 1
-        step, limit = self.progress.step, self.cfg.train.max_bad_updates
-        self.say(f"warning: step {step}: {reason}; update skipped ({self.bad_in_row} in a row)")
-        if self.bad_in_row >= limit:
-            raise NMTError(
-                f"stopping at step {step}: {limit} updates in a row were skipped ({reason}); "
-                f"{advice}. The last checkpoint (step {max(self.saved_step, 0)}) is intact"
-            )
-
-    def _skip_out_of_memory(self, mine: list[list[int]]) -> None:
-        train = self.data.train
-        sentences = sum(len(batch) for batch in mine)
-        tokens = sum(len(train.tgt[i]) + 1 for batch in mine for i in batch)
-        self.optimizer.zero_grad(set_to_none=True)
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
-        advice = (
-            f"lower train.batch_tokens (now {self.cfg.train.batch_tokens}) and raise "
-            "train.accum_steps to keep the update size, or lower data.max_len"
-        )
-        if self.where.active:  # the other ranks wait in the all-reduce for this one's gradients
-            raise NMTError(
-                f"out of memory at step {self.progress.step} on rank {self.where.rank}; under "
-                f"torchrun a batch cannot be skipped on one rank alone: {advice}"
-            )
-        self._skip(f"out of memory on {sentences} sentences, {tokens} target tokens", advice)
-
-    def _fp16_overflow(self) -> None:
-        """GradScaler skipped the step and halved the scale; that is routine unless the scale has
-        collapsed, which means the gradients are not finite at any scale."""
-        self.skipped += 1
-        scale = self.scaler.get_scale()
-        if scale < MIN_LOSS_SCALE:
-            raise NMTError(
-                f"stopping at step {self.progress.step}: the fp16 loss scale collapsed to "
-                f"{scale:.1e} (the gradients overflow at any scale); train with "
-                "train.precision=bf16 or fp32, or a lower train.lr"
-            )
 
     def _no_sync(self) -> contextlib.AbstractContextManager:
         ddp = self.train_model
@@ -360,7 +322,7 @@ class Trainer:
                     bar.update(1)
                     if progress.step % cfg.log_every == 0:
                         entry = window.flush(self.optimizer.param_groups[0]["lr"], where)
-                        entry["skipped"], self.skipped = self.skipped, 0
+                        entry["skipped"], self.bad.skipped = self.bad.skipped, 0
                         if self.norms:
                             entry["grad_norm"] = sum(self.norms) / len(self.norms)
                         self.norms = []

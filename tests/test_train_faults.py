@@ -230,13 +230,13 @@ def test_a_bad_update_is_skipped_and_leaves_the_weights_alone(trainer, monkeypat
     assert tokens == 0 and torch.equal(sums, torch.zeros(2))  # the log window stays finite
     after = weights(trainer)
     assert all(torch.equal(before[k], after[k]) for k in before)
-    assert trainer.skipped == 1 and trainer.progress.step == 2
+    assert trainer.bad.skipped == 1 and trainer.progress.step == 2
     err = capsys.readouterr().err
     assert "step 2:" in err and "update skipped" in err
     if fault == "oom":
         assert f"{len(batches[1][0])} sentences" in err
     sums, tokens = trainer.update(batches[2])
-    assert tokens > 0 and torch.isfinite(sums).all() and trainer.bad_in_row == 0
+    assert tokens > 0 and torch.isfinite(sums).all() and trainer.bad.in_row == 0
     assert any(not torch.equal(after[k], v) for k, v in trainer.model.state_dict().items())
 
 
@@ -273,13 +273,8 @@ def test_the_nan_log_line_counts_skipped_updates(tmp_path, demo_dir, monkeypatch
 
 
 def test_a_collapsed_fp16_loss_scale_stops_the_run(trainer):
-    class Collapsed:
-        def get_scale(self) -> float:
-            return 2.0**-20
-
-    trainer.scaler = Collapsed()
     with pytest.raises(NMTError, match="fp16 loss scale collapsed"):
-        trainer._fp16_overflow()
+        trainer.bad.fp16_overflow(trainer.progress.step, 2.0**-20)
 
 
 # --- a time budget ------------------------------------------------------------------------------
