@@ -166,16 +166,7 @@ class Trainer:
         except torch.OutOfMemoryError:
             out_of_memory = True  # handled outside the except: the traceback pins the activations
         if out_of_memory:
-            self.optimizer.zero_grad(set_to_none=True)
-            if self.device.type == "cuda":
-                torch.cuda.empty_cache()
-            self.bad.out_of_memory(
-                self.progress.step,
-                sentences=sum(len(batch) for batch in mine),
-                tokens=sum(len(train.tgt[i]) + 1 for batch in mine for i in batch),
-                batch_tokens=cfg.batch_tokens,
-                rank=self.where.rank if self.where.active else None,
-            )
+            self._skip_out_of_memory(mine)
             return torch.zeros(2, device=self.device), 0
         self.scaler.unscale_(self.optimizer)  # a no-op unless fp16
         params = [p for p in self.model.parameters() if p.grad is not None]
@@ -220,6 +211,21 @@ class Trainer:
                 self.scaler.scale(loss / (tokens / world)).backward()
             sums += torch.stack([loss.detach(), nll.detach()])
         return sums
+
+    def _skip_out_of_memory(self, mine: list[list[int]]) -> None:
+        """Free what the failed batches left (outside the `except`, whose traceback pins the
+        activations), then skip the update, or stop under torchrun."""
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        train = self.data.train
+        self.bad.out_of_memory(
+            self.progress.step,
+            sentences=sum(len(batch) for batch in mine),
+            tokens=sum(len(train.tgt[i]) + 1 for batch in mine for i in batch),
+            batch_tokens=self.cfg.train.batch_tokens,
+            rank=self.where.rank if self.where.active else None,
+        )
 
     def _no_sync(self) -> contextlib.AbstractContextManager:
         ddp = self.train_model
