@@ -17,9 +17,9 @@ a checkpoint cannot run code.
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import shutil
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,10 +27,10 @@ import torch
 
 from nmt.errors import NMTError
 from nmt.lexicon import LEXICON_FILE, Lexicon, load_lexicon
-from nmt.models import build_model
-from nmt.models.seq2seq import Seq2Seq
 from nmt.run_config import TrainRunConfig, load_run_config, save_run_config
 from nmt.tokenizer import Vocabs, load_vocabs
+
+log = logging.getLogger(__name__)
 
 CKPT_FILE = "ckpt.pt"
 CONFIG_FILE = "config.yaml"
@@ -163,12 +163,12 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     return Checkpoint(path, payload, config, vocabs, load_lexicon(path))
 
 
-def load_resume_point(root: Path, warn: Callable[[str], None]) -> Checkpoint:
+def load_resume_point(root: Path) -> Checkpoint:
     """The checkpoint a run resumes from: `last`, or when that one cannot be read (truncated by
     a crash of the filesystem, damaged on disk) the newest step directory that can, with a warning
-    that names the damaged one. Raises NMTError when none is readable."""
+    logged that names the damaged one. Raises NMTError when none is readable."""
     errors = []
-    candidates = [root / "last", *sorted(root.glob("step-*"), key=_step_key, reverse=True)]
+    candidates = [root / "last", *sorted(root.glob("step-*"), key=step_key, reverse=True)]
     seen = set()
     for path in candidates:
         real = path.resolve()
@@ -181,32 +181,18 @@ def load_resume_point(root: Path, warn: Callable[[str], None]) -> Checkpoint:
             errors.append(str(err))
             continue
         for error in errors:
-            warn(f"warning: skipping a damaged checkpoint: {error}")
+            log.warning("skipping a damaged checkpoint: %s", error)
         if errors:
-            warn(f"warning: resuming from the newest readable checkpoint instead: {ckpt.path}")
+            log.warning("resuming from the newest readable checkpoint instead: %s", ckpt.path)
         return ckpt
     raise NMTError(f"no readable checkpoint in {root}: " + "; ".join(errors or ["none found"]))
 
 
-def _step_key(path: Path) -> tuple[int, int]:
-    """step-00000200-1 (a second save of step 200) sorts after step-00000200."""
+def step_key(path: Path) -> tuple[int, int]:
+    """The order of step directories: step-00000200-1 (a second save of step 200) sorts after
+    step-00000200; a name that is no step directory sorts first."""
     parts = path.name.split("-")
     try:
         return int(parts[1]), int(parts[2]) if len(parts) > 2 else 0
     except (IndexError, ValueError):
         return -1, 0
-
-
-def restore_model(ckpt: Checkpoint, device: torch.device) -> Seq2Seq:
-    """Build the model its config describes and load the weights (eval mode)."""
-    model = build_model(
-        ckpt.config.model, len(ckpt.vocabs.src), len(ckpt.vocabs.tgt), ckpt.vocabs.joint
-    )
-    try:
-        model.load_state_dict(ckpt.payload["model"])
-    except RuntimeError as err:
-        first = str(err).splitlines()[1].strip() if "\n" in str(err) else str(err)
-        raise NMTError(
-            f"the weights in {ckpt.path} do not fit its config/vocabulary: {first}"
-        ) from err
-    return model.to(device).eval()

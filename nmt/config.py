@@ -1,8 +1,8 @@
 """Typed configuration schemas: dataclasses and str Enums, validated in ``__post_init__``.
 
-Hydra composes YAML onto these schemas (see ``nmt/cli.py``), so a misspelt key or a bad enum value
-fails at composition with the valid choices listed. Library code only ever receives instances of
-these classes; ``nmt/run_config.py`` builds each command's schema from these parts. Enum member
+Hydra composes YAML onto these schemas (see ``nmt/cli/compose.py``), so a misspelt key or a bad enum
+value fails at composition with the valid choices listed. Library code only ever receives instances
+of these classes; ``nmt/run_config.py`` builds each command's schema from these parts. Enum member
 names equal their values because OmegaConf matches overrides by name (``model.attention=dot``).
 """
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,14 +18,8 @@ import torch
 
 from nmt.config import DataConfig, DataFormat, Split
 from nmt.errors import NMTError
+from nmt.inputs import clean
 from nmt.tokenizer import BOS, EOS, PAD, Vocabs
-
-_SPACE = re.compile(r"[\s\ufeff]+")  # whitespace, and a byte-order mark left by some editors
-
-
-def clean(text: str) -> str:
-    """Collapse whitespace runs (tabs, newlines, NBSP...) to one space and strip the ends."""
-    return _SPACE.sub(" ", text).strip()
 
 
 @dataclass

@@ -11,33 +11,32 @@ approximation (a piece outside the list cannot be produced, and the softmax is t
 list), so it is off by default; docs/benchmarks.md measures what it costs in BLEU and gains in
 speed.
 
-The table is learned by `nmt-train` before the first update (seconds) and travels with every
-checkpoint as lexicon.pt. For a checkpoint written without one: `python -m nmt.lexicon CKPT_DIR`.
+The table is learned by `nmt-train` before the first update (`nmt/training/lexicon.py`, seconds)
+and travels with every checkpoint as lexicon.pt. For a checkpoint written without one:
+`python -m nmt.cli.lexicon CKPT_DIR`.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
-from nmt.config import SHORTLIST_MAX
-from nmt.data import Encoded
 from nmt.errors import NMTError
-from nmt.models.seq2seq import OutputRows
 from nmt.tokenizer import EOS
+
+if TYPE_CHECKING:  # the search fills it in; the table itself knows no model
+    from nmt.models.seq2seq import OutputRows
 
 LEXICON_FILE = "lexicon.pt"
 NO_LEXICON = (
     "decode.shortlist needs the checkpoint's lexicon.pt, and this checkpoint has none (written "
-    "before nmt learned one): python -m nmt.lexicon CKPT_DIR learns it"
+    "before nmt learned one): python -m nmt.cli.lexicon CKPT_DIR learns it"
 )
 SPECIALS = EOS + 1  # PAD, UNK, BOS, EOS: ids 0..3 on both sides, always scored
-ITERATIONS = 5  # EM iterations of Model 1; the ranking of the top translations settles by then
 
 
 @dataclass
@@ -97,78 +96,3 @@ def load_lexicon(directory: Path) -> Lexicon | None:
         return Lexicon(table["translations"].long(), table["frequent"].long())
     except Exception as err:  # a damaged file: say which
         raise NMTError(f"cannot read the lexicon {path}: {err}") from err
-
-
-def learn_lexicon(data: Encoded, src_vocab: int, tgt_vocab: int) -> Lexicon:
-    """IBM Model 1 by EM over the training pairs (sources end with EOS, which plays NULL: the
-    source word that target words without a counterpart align to).
-
-    Vectorised over every (source token, target token) pair of every sentence: P pairs, T target
-    tokens, U distinct (source id, target id) pairs. Multi30k: P = 5M, 3 s on 2 cores.
-    """
-    src_lens = torch.tensor([len(s) for s in data.src])  # EOS included: NULL is a position
-    tgt_lens = torch.tensor([len(t) for t in data.tgt])
-    src_flat = torch.tensor([i for s in data.src for i in s])
-    tgt_flat = torch.tensor([i for t in data.tgt for i in t])
-    src_start = torch.cumsum(src_lens, 0) - src_lens
-    tgt_sentence = torch.repeat_interleave(torch.arange(len(data)), tgt_lens)  # (T,)
-    # each target token pairs with every source position of its sentence
-    per_token = src_lens[tgt_sentence]  # (T,)
-    token = torch.repeat_interleave(torch.arange(tgt_flat.numel()), per_token)  # (P,)
-    first = torch.cumsum(per_token, 0) - per_token
-    offset = torch.arange(token.numel()) - first[token]
-    pair_src = src_flat[src_start[tgt_sentence[token]] + offset]
-    keys = pair_src * tgt_vocab + tgt_flat[token]
-    del pair_src, offset, first
-    distinct, which = torch.unique(keys, return_inverse=True)  # (U,), (P,)
-    del keys
-    d_src, d_tgt = distinct // tgt_vocab, distinct % tgt_vocab
-
-    prob = torch.ones(distinct.numel())  # t(target | source); uniform to start
-    for _ in range(ITERATIONS):
-        weight = prob[which]  # (P,)
-        norm = torch.zeros(tgt_flat.numel()).index_add_(0, token, weight)  # (T,)
-        counts = torch.zeros(distinct.numel()).index_add_(0, which, weight / norm[token])
-        totals = torch.zeros(src_vocab).index_add_(0, d_src, counts)
-        prob = counts / totals[d_src]
-
-    # per source id, its targets by probability: sort by probability, then (stably) by source
-    order = torch.sort(prob, descending=True, stable=True).indices
-    order = order[torch.sort(d_src[order], stable=True).indices]
-    srcs, tgts = d_src[order], d_tgt[order]
-    starts = torch.cumsum(torch.bincount(srcs, minlength=src_vocab), 0)
-    rank = torch.arange(srcs.numel()) - (starts - torch.bincount(srcs, minlength=src_vocab))[srcs]
-    top = rank < SHORTLIST_MAX
-    translations = torch.full((src_vocab, SHORTLIST_MAX), -1, dtype=torch.long)
-    translations[srcs[top], rank[top]] = tgts[top]
-    translations[EOS] = -1  # NULL's "translations" are the words nothing aligns to
-    frequency = torch.bincount(tgt_flat, minlength=tgt_vocab)
-    frequent = torch.sort(frequency, descending=True, stable=True).indices
-    return Lexicon(translations, frequent)
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Learn the lexicon of a checkpoint written without one, from its run's training data."""
-    from nmt.checkpoint import load_checkpoint
-    from nmt.config import Split
-    from nmt.data import encode, filter_length, read_split
-
-    parser = argparse.ArgumentParser(
-        prog="python -m nmt.lexicon",
-        description="learn lexicon.pt (for decode.shortlist) into a checkpoint directory",
-    )
-    parser.add_argument("ckpt", help="checkpoint directory, e.g. runs/NAME/checkpoints/best")
-    args = parser.parse_args(argv)
-    try:
-        ckpt = load_checkpoint(args.ckpt)
-        data = ckpt.config.data
-        pairs = filter_length(encode(read_split(data, Split.train), ckpt.vocabs), data.max_len)
-        lexicon = learn_lexicon(pairs, len(ckpt.vocabs.src), len(ckpt.vocabs.tgt))
-        lexicon.save(ckpt.path / LEXICON_FILE)
-    except NMTError as err:
-        sys.exit(f"nmt: error: {err}")
-    print(f"wrote {ckpt.path / LEXICON_FILE} ({len(pairs)} training pairs)")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,7 +1,7 @@
 """The top-level schema of each command (``nmt-train``, ``nmt-evaluate``, ``nmt-translate``...),
 built from the parts in ``nmt/config.py``, and the training config a run and its checkpoints store.
 
-``nmt/cli.py`` registers these with Hydra; a command's function receives one instance.
+``nmt/cli/main.py`` registers these with Hydra; a command's function receives one instance.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 `greedy`, `sample` and `beam_search` decode one padded batch and return an n-best list per
 sentence; `decode_all` runs the configured strategy over any number of sentences in length-sorted
-batches and returns the lists in the input order.
+batches (`nmt.inputs.length_batches`, as every translator batches) and returns the lists in the
+input order.
 
 All three work on rows: one row per live hypothesis, a decoder state with one row each. A finished
 sentence leaves the batch at once (its rows are dropped from the state with `reorder`), so a batch
@@ -28,6 +29,7 @@ from torch import Tensor
 from nmt.config import DecodeConfig, Strategy
 from nmt.data import collate
 from nmt.errors import NMTError
+from nmt.inputs import length_batches
 from nmt.lexicon import NO_LEXICON, Lexicon, Shortlist
 from nmt.models.seq2seq import Seq2Seq
 from nmt.tokenizer import BOS, EOS
@@ -359,10 +361,8 @@ def decode_all(
     """Decode every source (ids ending in EOS) in length-sorted batches; n-best lists (best
     first) in input order. `attention` keeps the attention maps of each hypothesis; `lexicon`
     gives the shortlists of `cfg.shortlist`."""
-    order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]))
     results: list[list[Hypothesis]] = [[] for _ in src_ids]
-    for start in range(0, len(order), cfg.batch_size):
-        index = order[start : start + cfg.batch_size]
+    for index in length_batches([len(ids) for ids in src_ids], cfg.batch_size):
         batch = collate(index, src_ids, None).to(device)
         match cfg.strategy:
             case Strategy.greedy:

@@ -32,10 +32,10 @@ BLOCK = re.compile(r"<!-- code: (\S+) (\S+) -->\n.*?<!-- /code -->", re.DOTALL)
 DEFAULT_RUNS = [
     "runs/scorers/0",  # luong + dot
     "runs/scorers/1",  # luong + scaled_dot
-    "runs/scorers_b/0",  # luong + general
-    "runs/scorers_c/0",  # luong + concat
-    "runs/scorers_c/1",  # luong + additive
-    "runs/scorers_c/2",  # luong + multihead
+    "runs/scorers/2",  # luong + general
+    "runs/scorers/3",  # luong + concat
+    "runs/scorers/4",  # luong + additive
+    "runs/scorers/5",  # luong + multihead
     "runs/scorers_bahdanau",  # bahdanau + additive
     "runs/m30k_transformer",  # transformer
 ]
@@ -77,7 +77,8 @@ def forced_maps(ckpt_dir: Path, source: str, reference: str):
     Returns (source pieces, target pieces, maps (T, L, h, S), the checkpoint's model config)."""
     import torch
 
-    from nmt.checkpoint import load_checkpoint, restore_model
+    from nmt.checkpoint import load_checkpoint
+    from nmt.models import restore_model
     from nmt.tokenizer import BOS, EOS
 
     ckpt = load_checkpoint(ckpt_dir)

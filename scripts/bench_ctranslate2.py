@@ -9,20 +9,21 @@ data config, with --data-dir as its local_dir), and translates every source sent
 search and beam search (--beam-size 5, --length-penalty none or average: the settings that map
 exactly onto CTranslate2; see docs/export.md), both with batches of --batch-size (64) sentences
 sorted by length, on the CPU, in one process: nmt's `Translator` with torch's thread count, and a
-`ctranslate2.Translator` with intra_threads = that count (--threads sets both; --compute-type
-int8 quantizes CTranslate2's weights on load). CTranslate2 takes one length limit per call and
-ours grows with the source, so each batch goes to it in one call per run of sentences with the
-same limit (`translate_pieces`; --one-call-per-batch: one call with the batch's largest limit,
-where sentences that reach their own limit may go on). Each timing covers tokenization, search
-and detokenization, after a warm-up; the runs of the two alternate (so that a change of load on a
-shared machine hits both), and the median of --repeats runs is reported as sentences/s and target
-pieces/s (EOS not counted), with the sacreBLEU score of each output against the references and
-the fraction of identical output lines, as one JSON object.
+`ctranslate2.Translator` with intra_threads = that count (--threads sets both; --compute-type int8
+quantizes CTranslate2's weights on load). CTranslate2 takes one length limit per call and ours grows
+with the source, so each batch goes to it in one call per run of sentences with the same limit
+(`nmt.export.ct2.translate_pieces`; --one-call-per-batch: one call with the batch's largest limit,
+where sentences that reach their own limit may go on). Each timing covers tokenization, search and
+detokenization, after a warm-up; the runs of the two alternate (so that a change of load on a shared
+machine hits both), and the median of --repeats runs is reported as sentences/s and target pieces/s
+(EOS not counted), with the sacreBLEU score of each output against the references and the fraction
+of identical output lines, as one JSON object.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import platform
@@ -35,14 +36,15 @@ from pathlib import Path
 import torch
 from sacrebleu.metrics import BLEU
 
-from nmt.checkpoint import load_checkpoint, restore_model
+from nmt.checkpoint import load_checkpoint
 from nmt.config import DecodeConfig, LengthPenalty, Split, Strategy
-from nmt.ctranslate2_export import translate_pieces
-from nmt.data import clean, read_split
-from nmt.export import export_checkpoint
+from nmt.data import read_split
+from nmt.export.ct2 import CT2Translator
+from nmt.export.exporter import export_checkpoint
+from nmt.models import restore_model
 from nmt.run_config import ExportFormat
 from nmt.tokenizer import EOS
-from nmt.translate import Translator, source_ids
+from nmt.translate import Translator
 
 
 def timed(runners: dict, repeats: int) -> dict:
@@ -78,8 +80,6 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    import ctranslate2
-
     if args.threads:
         torch.set_num_threads(args.threads)
     threads = torch.get_num_threads()
@@ -102,28 +102,21 @@ def main() -> None:
         convert_s = round(time.perf_counter() - start, 2)
     device = torch.device("cpu")
     model = restore_model(ckpt, device)
-    ct2 = ctranslate2.Translator(
-        ct2_dir, device="cpu", compute_type=args.compute_type, intra_threads=threads,
-        inter_threads=1,
-    )  # fmt: skip
-    src_vocab, tgt_vocab = ckpt.vocabs.src, ckpt.vocabs.tgt
-    eos = tgt_vocab.id_to_piece([EOS])[0]
+    ct2 = CT2Translator(ct2_dir, threads=threads, compute_type=args.compute_type)
+    eos = ckpt.vocabs.tgt.id_to_piece([EOS])[0]
 
-    def nmt_translate(translator: Translator) -> tuple[list[str], int]:
-        out = translator.translate_full(sources, attention=False)
+    def nmt_translate(translator: Translator, cfg: DecodeConfig) -> tuple[list[str], int]:
+        out = translator.translate_full(sources, attention=False, decode=cfg)
         return [t.text for t in out], sum(
             len(t.tgt_pieces) - (t.tgt_pieces[-1:] == [eos]) for t in out
         )
 
     def ct2_translate(cfg: DecodeConfig) -> tuple[list[str], int]:
-        ids, _ = source_ids(src_vocab, [clean(s) for s in sources], cfg.max_src_pieces)
-        pieces = [src_vocab.id_to_piece(x[:-1]) for x in ids]  # the model adds EOS
-        nbest = translate_pieces(
-            ct2, pieces, cfg, eos, ckpt.config.model, exact_limits=not args.one_call_per_batch
-        )
-        out_ids = [[tgt_vocab.piece_to_id(p) for p in hyps[0][0]] for hyps in nbest]
-        texts = [clean(t) for t in tgt_vocab.decode(out_ids)]
-        return texts, sum(len(x) for x in out_ids)
+        exact = not args.one_call_per_batch
+        best = [
+            n[0][0] if n else [] for n in ct2.hypotheses(sources, decode=cfg, exact_limits=exact)
+        ]
+        return ct2.detokenize(best), sum(len(p) for p in best)
 
     load_before = os.getloadavg()
     results = []
@@ -134,10 +127,10 @@ def main() -> None:
             length_penalty=LengthPenalty(args.length_penalty),
             batch_size=args.batch_size,
         )
-        translator = Translator(model, ckpt.vocabs, cfg, device)
+        translator = Translator(model, ckpt.vocabs, device)
         runs = timed(
             {
-                "nmt": lambda t=translator: nmt_translate(t),
+                "nmt": lambda t=translator, c=cfg: nmt_translate(t, c),
                 "ctranslate2": lambda c=cfg: ct2_translate(c),
             },
             args.repeats,
@@ -169,9 +162,9 @@ def main() -> None:
                 "data": f"{data_cfg.name} {args.split} ({len(sources)} sentences)",
                 "batch_size": args.batch_size,
                 "ctranslate2_calls": "one per batch" if args.one_call_per_batch else "per limit",
-                "ctranslate2_compute_type": ct2.compute_type,
+                "ctranslate2_compute_type": ct2.translator.compute_type,
                 "threads": {"torch": threads, "ctranslate2_intra": threads},
-                "ctranslate2": ctranslate2.__version__,
+                "ctranslate2": importlib.metadata.version("ctranslate2"),
                 "torch": torch.__version__,
                 "cpu": platform.processor() or platform.machine(),
                 "conversion_s": convert_s,

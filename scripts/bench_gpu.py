@@ -14,7 +14,7 @@ Every row runs in its own process (a fresh CUDA context: peak memory and compila
 not shared) under a time limit, and the whole run under a budget (`--budget-s`): a row that does
 not fit is recorded as skipped with the reason, never silently dropped. Rows run cheapest and most
 informative first (eager training, translation, then compiled training). Progress goes to stderr;
-the JSON goes to stdout and to `--out` (default `$OUT/bench_gpu.json` when $OUT is set).
+the JSON goes to stdout and, with `--out FILE`, to FILE.
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ class Budget:
 
 def compile_available(data: list[str]) -> bool:
     """Whether this checkout's trainer knows `train.compile` (composition only, nothing runs)."""
-    from nmt import cli
+    from nmt.cli import main as cli
 
     sink = io.StringIO()
     with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
@@ -223,7 +223,12 @@ def translate_rows(args, budget: Budget, data: list[str], source: Path, work: Pa
         ]  # fmt: skip
         log(f"translate {name}: training {steps} updates")
         started = time.monotonic()
-        argv = [sys.executable, "-c", "from nmt.cli import main_train; main_train()", *overrides]
+        argv = [
+            sys.executable,
+            "-c",
+            "from nmt.cli.main import main_train; main_train()",
+            *overrides,
+        ]
         _, why = budget.run(argv, limit=args.row_timeout_s * 2)
         row = {"model": name, "train_steps": steps}
         if why is not None:
@@ -260,7 +265,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda", help="cuda (default), cuda:N or cpu")
     parser.add_argument("--quick", action="store_true", help="tiny models and runs (a CPU check)")
     parser.add_argument("--data", choices=["auto", "multi30k", "demo"], default="auto")
-    parser.add_argument("--out", help="also write the JSON here (default: $OUT/bench_gpu.json)")
+    parser.add_argument("--out", help="also write the JSON to this file")
     parser.add_argument("--budget-s", type=float, help="wall-clock budget of the whole run")
     parser.add_argument("--row-timeout-s", type=float, help="time limit of one row")
     parser.add_argument(
@@ -331,9 +336,7 @@ def main() -> None:
     }
     text = json.dumps(report, indent=2)
     print(text)
-    out = args.out or (
-        str(Path(os.environ["OUT"]) / "bench_gpu.json") if os.environ.get("OUT") else None
-    )
+    out = args.out
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(text + "\n", encoding="utf-8")

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU benchmark in one command (docs/gpu.md): training target tokens/s and peak GPU memory of
 # GRU + Bahdanau and Transformer small/base in fp32 and bf16, with and without torch.compile, and
-# translation tokens/s (greedy, beam 5; batch 64 and 1). JSON on stdout and in --out FILE
-# (default $OUT/bench_gpu.json when $OUT is set); progress on stderr.
+# translation tokens/s (greedy, beam 5; batch 64 and 1). JSON on stdout and, with --out FILE, in
+# FILE; progress on stderr.
 #
 #   scripts/bench_gpu.sh                          on a CUDA machine (under 10 minutes on one H100)
 #   scripts/bench_gpu.sh --device cpu --quick     the same pipeline, tiny, on the CPU (a check)

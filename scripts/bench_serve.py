@@ -28,7 +28,7 @@ from pathlib import Path
 
 import httpx
 
-SERVE = "from nmt.cli import main_serve; main_serve()"
+SERVE = "from nmt.cli.main import main_serve; main_serve()"
 
 
 def read_sentences(path: Path) -> list[str]:

@@ -21,11 +21,11 @@ import time
 
 import torch
 
-from nmt import cli
+from nmt.cli import main as cli
 from nmt.data import epoch_batches
 from nmt.device import check_precision, describe, resolve_device
-from nmt.prepare import prepare_run
-from nmt.train import Trainer
+from nmt.training.setup import prepare_run
+from nmt.training.trainer import Trainer
 
 
 def main() -> None:

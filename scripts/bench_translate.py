@@ -22,10 +22,11 @@ from pathlib import Path
 
 import torch
 
-from nmt.checkpoint import load_checkpoint, restore_model
+from nmt.checkpoint import load_checkpoint
 from nmt.config import DecodeConfig, LengthPenalty, Precision, Strategy
 from nmt.data import read_lines
 from nmt.device import describe, resolve_device
+from nmt.models import restore_model
 from nmt.translate import Translator
 
 
@@ -90,7 +91,7 @@ def main() -> None:
                 args.shortlist_frequent,
                 args.precision,
             )
-            translator = Translator(model, ckpt.vocabs, cfg, device, ckpt.lexicon)
+            translator = Translator(model, ckpt.vocabs, device, ckpt.lexicon, cfg)
             translator.translate(sentences[:16])  # warm-up: allocator, kernels, caches
             times = []
             for _ in range(args.repeats):

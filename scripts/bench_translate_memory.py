@@ -3,13 +3,14 @@
     python scripts/bench_translate_memory.py runs/NAME/checkpoints/best \\
         --src data/demo/test.de --lines 10000 --decode greedy
 
-Sends `--lines` lines (the lines of --src over and over) through one `Translator.translate_stream`,
-as `nmt-translate` does for a long input or a server would for a day of requests, and records the
-process's resident set size (VmRSS) every `--every` lines. Memory that stays flat after the first
-thousand lines is the aim: growth after that is a leak (kept results, caches, the allocator) that a
-long-lived process would eventually die of. The first thousand lines are the warm-up (allocator
-pools, sentencepiece and torch caches): `growth_mb` is RSS after all lines minus RSS after 1,000.
-Linux only (reads /proc/self/status). One torch process should run at a time.
+Sends `--lines` lines (the lines of --src over and over) through one
+`nmt.cli.translate.translate_stream`, as `nmt-translate` does for a long input or a server would for
+a day of requests, and records the process's resident set size (VmRSS) every `--every` lines. Memory
+that stays flat after the first thousand lines is the aim: growth after that is a leak (kept
+results, caches, the allocator) that a long-lived process would eventually die of. The first
+thousand lines are the warm-up (allocator pools, sentencepiece and torch caches): `growth_mb` is RSS
+after all lines minus RSS after 1,000. Linux only (reads /proc/self/status). One torch process
+should run at a time.
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ from pathlib import Path
 
 import torch
 
-from nmt.checkpoint import load_checkpoint, restore_model
+from nmt.checkpoint import load_checkpoint
+from nmt.cli.translate import translate_stream
 from nmt.config import DecodeConfig, Strategy
 from nmt.data import read_lines
 from nmt.device import describe, resolve_device
+from nmt.models import restore_model
 from nmt.translate import Translator
 
 WARM_UP = 1000  # lines after which memory should no longer grow
@@ -64,12 +67,12 @@ def main() -> None:
     decode = DecodeConfig()
     if args.decode == "beam":
         decode = replace(decode, strategy=Strategy.beam, beam_size=5)
-    translator = Translator(restore_model(ckpt, device), ckpt.vocabs, decode, device)
+    translator = Translator(restore_model(ckpt, device), ckpt.vocabs, device, decode=decode)
 
     rss = {0: round(memory_mb("VmRSS"), 1)}
     start = time.perf_counter()
     done = 0
-    for _ in translator.translate_stream(source_lines(Path(args.src), args.lines)):
+    for _ in translate_stream(translator, source_lines(Path(args.src), args.lines)):
         done += 1
         if done % args.every == 0 or done == args.lines:
             rss[done] = round(memory_mb("VmRSS"), 1)

@@ -26,10 +26,11 @@ from pathlib import Path
 
 from sacrebleu.metrics import BLEU
 
-from nmt.checkpoint import load_checkpoint, restore_model
+from nmt.checkpoint import load_checkpoint
 from nmt.config import DecodeConfig, LengthPenalty, Strategy
 from nmt.data import read_lines
 from nmt.device import resolve_device
+from nmt.models import restore_model
 from nmt.translate import Translator
 
 
@@ -93,7 +94,7 @@ def main() -> None:
             length_penalty=LengthPenalty.gnmt,
             alpha=alpha,
         )
-        translator = Translator(restore_model(ckpt, device), ckpt.vocabs, decode, device)
+        translator = Translator(restore_model(ckpt, device), ckpt.vocabs, device, decode=decode)
         began = time.perf_counter()
         outputs = translator.translate(sources)
         seconds = time.perf_counter() - began

@@ -1,4 +1,5 @@
-"""The whole chain behind our two best Multi30k de->en models, one command from the raw corpus:
+"""The whole chain behind `multi30k_gru_kd_both_more` and `multi30k_transformer_kd3`, Multi30k
+de->en, one command from the raw corpus:
 
     python scripts/multi30k_chain.py --data ../shared/data/multi30k --runs runs
 
@@ -40,7 +41,7 @@ SCRIPTS = Path(__file__).resolve().parent
 
 def _command(name: str) -> list[str]:
     """An nmt entry point run by this interpreter (whatever venv the script runs in)."""
-    return [sys.executable, "-c", f"from nmt.cli import main_{name}; main_{name}()"]
+    return [sys.executable, "-c", f"from nmt.cli.main import main_{name}; main_{name}()"]
 
 
 class Chain:

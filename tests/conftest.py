@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from nmt import cli
+from nmt.cli import main as cli
 from nmt.demo import write_demo_corpus
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,5 +1,5 @@
-"""Checkpoint averaging (nmt.average, nmt-average): the mean of the weights, written as a normal
-checkpoint that loads and translates; incompatible checkpoints are refused with one line."""
+"""Checkpoint averaging (nmt.training.average, nmt-average): the mean of the weights, written as a
+normal checkpoint that loads and translates; incompatible checkpoints are refused with one line."""
 
 import shutil
 from pathlib import Path
@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from nmt import cli
-from nmt.average import average_checkpoints, newest_checkpoints
 from nmt.checkpoint import CKPT_FILE, load_checkpoint
+from nmt.cli import main as cli
 from nmt.errors import NMTError
+from nmt.training.average import average_checkpoints, newest_checkpoints
 
 SMALL = ["data.tokenizer.vocab_size=400", "train.batch_tokens=600", "train.lr=0.003"]
 SMALL_RNN = ["model.emb_size=64", "model.hidden_size=64", "model.dropout=0.1"]

@@ -18,7 +18,6 @@ from nmt.checkpoint import (
     load_checkpoint,
     point,
     prune,
-    restore_model,
     save_checkpoint,
     step_name,
 )
@@ -26,7 +25,7 @@ from nmt.config import AttentionType, Cell, DataConfig, DecoderStyle, RNNConfig,
 from nmt.data import Corpus, collate, encode
 from nmt.demo import generate_pairs
 from nmt.errors import NMTError
-from nmt.models import build_model
+from nmt.models import build_model, restore_model
 from nmt.run_config import TrainRunConfig
 from nmt.tokenizer import JOINT_FILE, Vocabs, train_vocabs
 

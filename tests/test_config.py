@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from nmt import cli, compose
+from nmt.cli import compose
+from nmt.cli import main as cli
 from nmt.config import DecodeConfig, RNNConfig, TransformerConfig
 from nmt.models import build_model
 from nmt.run_config import TrainRunConfig
@@ -136,7 +137,7 @@ def test_print_config(capsys):
 
 def test_configs_ship_in_the_wheel():
     """pyproject maps configs/ into the wheel as nmt/configs, where config_dir() looks first."""
-    text = (Path(cli.__file__).parents[1] / "pyproject.toml").read_text()
+    text = (Path(cli.__file__).parents[2] / "pyproject.toml").read_text()
     assert '"configs" = "nmt/configs"' in text
 
 

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from nmt import cli
+from nmt.cli import main as cli
 from nmt.config import DecodeConfig, LengthPenalty, Strategy
 from nmt.data import read_lines
 from nmt.translate import Translator

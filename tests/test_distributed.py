@@ -12,8 +12,8 @@ import pytest
 import torch
 from test_train import SMALL, SMALL_RNN, losses
 
-from nmt import cli
 from nmt.checkpoint import load_checkpoint
+from nmt.cli import main as cli
 from nmt.data import Encoded, epoch_batches
 from nmt.errors import NMTError
 

@@ -14,19 +14,20 @@ from pathlib import Path
 import pytest
 import torch
 
-from nmt import cli
-from nmt.checkpoint import load_checkpoint, restore_model, save_checkpoint
+from nmt.checkpoint import load_checkpoint, save_checkpoint
+from nmt.cli import main as cli
 from nmt.config import DecodeConfig, LengthPenalty, RNNConfig, Strategy, TransformerConfig
 from nmt.data import collate, read_lines
 from nmt.errors import NMTError
-from nmt.export import export_checkpoint
-from nmt.graphs import export_graphs
-from nmt.models import build_model
+from nmt.export.exporter import export_checkpoint
+from nmt.export.graphs import export_graphs
+from nmt.export.runtime import ExportedTranslator, greedy, read_manifest
+from nmt.inputs import source_ids
+from nmt.models import build_model, restore_model
 from nmt.run_config import ExportFormat
-from nmt.runtime import ExportedTranslator, greedy, read_manifest
 from nmt.search import decode_all
 from nmt.tokenizer import BOS, EOS
-from nmt.translate import source_ids
+from nmt.translate import Translator
 
 CPU = torch.device("cpu")
 POST = ("model.norm=post", "model.positions=learned", "model.activation=gelu")
@@ -69,7 +70,7 @@ VARIANTS = {
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_the_graphs_decode_as_the_model(name):
-    """Greedy decoding through the two graphs (`nmt.runtime.greedy` over `Graphs.run`) gives
+    """Greedy decoding through the two graphs (`nmt.export.runtime.greedy` over `Graphs.run`) gives
     the tokens and scores of `nmt.search.greedy`, for a padded batch of 9 random sources."""
     torch.manual_seed(0)
     model = build_model(VARIANTS[name], V, V, shared_vocab=True).eval()
@@ -208,7 +209,7 @@ BEAM_AVERAGE = replace(BEAM, length_penalty=LengthPenalty.average, n_best=3)
 @pytest.mark.parametrize("case", ["transformer-pre", "transformer-post-learned-gelu"])
 def test_ctranslate2_gives_our_greedy_and_beam_output(checkpoints, sources, case, tmp_path):
     ctranslate2 = pytest.importorskip("ctranslate2")
-    from nmt.ctranslate2_export import translate_pieces
+    from nmt.export.ct2 import translate_pieces
 
     ckpt = load_checkpoint(checkpoints[case])
     out = export_checkpoint(ckpt, ExportFormat.ctranslate2, tmp_path / "ct2")
@@ -253,7 +254,7 @@ def test_ctranslate2_gives_our_greedy_and_beam_output(checkpoints, sources, case
 
 
 def test_ctranslate2_refuses_what_it_cannot_represent(checkpoints, tmp_path):
-    from nmt.ctranslate2_export import decode_options
+    from nmt.export.ct2 import decode_options
 
     out = tmp_path / "ct2"
     code = cli.export([f"ckpt={checkpoints['gru-bahdanau']}", "format=ctranslate2", f"out={out}"])
@@ -276,3 +277,42 @@ def test_ctranslate2_refuses_what_it_cannot_represent(checkpoints, tmp_path):
         cli.compose_config("export", ["ckpt=x", "out=y", "quantization=int8"])
     with pytest.raises(NMTError, match="quantization=int3"):
         cli.compose_config("export", ["ckpt=x", "out=y", "format=ctranslate2", "quantization=int3"])
+
+
+# ---- one input path for every translator -------------------------------------------------------
+
+WORDS = ["Ich", "glaube", ",", "dass", "wir", "einundzwanzig", "rote", "Äpfel", "kaufen", "."]
+ODD_LINES = {
+    "only a byte-order mark": "\ufeff",
+    "a byte-order mark first": "\ufeffEr zählt zwölf Katzen.",
+    "no-break spaces": "\u00a0Ich\u00a0sehe\u00a0zwei\u00a0Hunde.\u00a0",
+    "tabs": "\tIch sehe\tzwei Hunde.\t",
+    "empty": "",
+    "spaces": "   ",
+    "5,000 characters": " ".join(WORDS * 100)[:5000],
+}
+
+
+def test_every_translator_reads_the_same_odd_lines_alike(checkpoints, tmp_path):
+    """`Translator`, the exported runtime and the CTranslate2 runner share `nmt.inputs`: the same
+    odd lines give the same greedy outputs through all three (blank where the line is blank, a
+    whitespace variant as the plain sentence, an over-long line cut at decode.max_src_pieces)."""
+    pytest.importorskip("ctranslate2")
+    from nmt.export.ct2 import CT2Translator
+
+    ckpt = load_checkpoint(checkpoints["transformer-pre"])
+    lines = list(ODD_LINES.values())
+    decode = DecodeConfig(max_src_pieces=256)  # the 5,000 characters are over 256 pieces
+    ours = Translator.from_checkpoint(ckpt, decode, "cpu").translate(lines)
+    graphs = export_checkpoint(ckpt, ExportFormat.torchscript, tmp_path / "graphs")
+    exported = ExportedTranslator(graphs, decode, threads=1).translate(lines)
+    ct2 = CT2Translator(export_checkpoint(ckpt, ExportFormat.ctranslate2, tmp_path / "ct2"), decode)
+    assert dict(zip(ODD_LINES, exported)) == dict(zip(ODD_LINES, ours))
+    assert dict(zip(ODD_LINES, ct2.translate(lines))) == dict(zip(ODD_LINES, ours))
+    blank = {"only a byte-order mark", "empty", "spaces"}
+    assert all((text == "") == (name in blank) for name, text in zip(ODD_LINES, ours))
+    plain = Translator.from_checkpoint(ckpt, decode, "cpu").translate(
+        ["Er zählt zwölf Katzen.", "Ich sehe zwei Hunde."]
+    )
+    assert [ours[1], ours[2], ours[3]] == [plain[0], plain[1], plain[1]]
+    assert len(ckpt.vocabs.src.encode([lines[-1]])[0]) > 256  # the cut is exercised

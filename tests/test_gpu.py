@@ -16,8 +16,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nmt import cli
 from nmt.checkpoint import load_checkpoint
+from nmt.cli import main as cli
 from nmt.config import DecodeConfig, RNNConfig, Split, Strategy, TransformerConfig
 from nmt.data import collate, encode, read_split
 from nmt.models import build_model
@@ -347,7 +347,7 @@ def run_translate(ckpt: Path, stdin: bytes, *overrides: str) -> subprocess.Compl
     `exact_fp32`): the command as a user runs it, numerically comparable with the CPU."""
     code = (
         "import torch; torch.backends.cudnn.allow_tf32 = False; "
-        "from nmt.cli import main_translate; main_translate()"
+        "from nmt.cli.main import main_translate; main_translate()"
     )
     return subprocess.run(
         [sys.executable, "-c", code, f"ckpt={ckpt}", *overrides], input=stdin, capture_output=True

@@ -26,7 +26,11 @@ def test_installed_package_composes_configs_outside_the_checkout(tmp_path):
     )
     assert "attention: concat" in result.stdout and "decoder: luong" in result.stdout
     where = subprocess.run(
-        [str(bin_dir / "python"), "-c", "import nmt.compose; print(nmt.compose.config_dir())"],
+        [
+            str(bin_dir / "python"),
+            "-c",
+            "import nmt.cli.compose; print(nmt.cli.compose.config_dir())",
+        ],
         cwd=tmp_path,
         capture_output=True,
         text=True,

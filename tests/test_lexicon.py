@@ -11,14 +11,15 @@ from dataclasses import replace
 import pytest
 import torch
 
-from nmt import cli
 from nmt.checkpoint import load_checkpoint
+from nmt.cli import main as cli
 from nmt.config import SHORTLIST_MAX, DecodeConfig, Strategy
 from nmt.data import Encoded
 from nmt.errors import NMTError
-from nmt.lexicon import LEXICON_FILE, SPECIALS, Lexicon, learn_lexicon, load_lexicon
+from nmt.lexicon import LEXICON_FILE, SPECIALS, Lexicon, load_lexicon
 from nmt.search import decode_all
 from nmt.tokenizer import BOS, EOS, PAD
+from nmt.training.lexicon import learn_lexicon
 from nmt.translate import Translator
 from tests.test_search import CPU, FAMILIES, V, batch_of, random_model, random_sources
 
@@ -164,12 +165,12 @@ def test_training_saves_the_lexicon_and_translate_uses_it(train_small, tmp_path,
     bare = tmp_path / "bare"
     shutil.copytree(best, bare)
     (bare / LEXICON_FILE).unlink()
-    with pytest.raises(NMTError, match="python -m nmt.lexicon"):
+    with pytest.raises(NMTError, match="python -m nmt.cli.lexicon"):
         Translator.from_checkpoint(bare, shortlisted, "cpu")
     assert cli.translate([f"ckpt={bare}", "decode=beam", "decode.shortlist=10"]) == 2
-    assert "python -m nmt.lexicon" in capsys.readouterr().err
+    assert "python -m nmt.cli.lexicon" in capsys.readouterr().err
     done = subprocess.run(
-        [sys.executable, "-m", "nmt.lexicon", str(bare)], capture_output=True, text=True
+        [sys.executable, "-m", "nmt.cli.lexicon", str(bare)], capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
     assert torch.equal(load_lexicon(bare).translations, ckpt.lexicon.translations)

@@ -1,10 +1,10 @@
-"""nmt/loss.py: the hand-written backward equals autograd's through F.cross_entropy."""
+"""nmt/training/loss.py: the hand-written backward equals autograd's through F.cross_entropy."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from nmt.loss import smoothed_cross_entropy
+from nmt.training.loss import smoothed_cross_entropy
 
 PAD = 1
 

@@ -5,8 +5,8 @@ from pathlib import Path
 
 from test_train import SMALL, SMALL_RNN
 
-from nmt import cli
-from nmt.plot import run_labels
+from nmt.cli import main as cli
+from nmt.training.plot import run_labels
 
 QUICK = ["train.max_steps=4", "train.valid_every=2", "train.log_every=1"]
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from nmt.run_log import RunLog
+from nmt.training.run_log import RunLog
 from tests.test_train import train
 
 

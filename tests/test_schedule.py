@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from nmt.config import TrainConfig
-from nmt.schedule import LRSchedule
+from nmt.training.schedule import LRSchedule
 
 
 def schedule(**kw) -> LRSchedule:

@@ -24,13 +24,14 @@ import torch
 from conftest import default_sigint
 from starlette.testclient import TestClient
 
-from nmt import api, cli
-from nmt.api import describe_model, request_decode
+from nmt.cli import main as cli
 from nmt.config import DecodeConfig, Strategy, TransformerConfig
 from nmt.errors import NMTError
 from nmt.models import build_model
 from nmt.run_config import ServeRunConfig
-from nmt.serve import create_app, load_app
+from nmt.serving import protocol
+from nmt.serving.app import create_app, load_app
+from nmt.serving.protocol import describe_model, request_decode
 from nmt.translate import Translator
 
 TINY = [
@@ -135,7 +136,9 @@ def test_nbest_lists_follow_the_requested_beam(client, ckpt):
 
 def test_a_request_for_greedy_gets_one_hypothesis_without_naming_n_best(client, translator):
     got = post(client, {"text": SENTENCES[4], "decode": {"strategy": "greedy"}})
-    greedy = Translator(translator.model, translator.vocabs, DecodeConfig(), translator.device)
+    greedy = Translator(
+        translator.model, translator.vocabs, translator.device, decode=DecodeConfig()
+    )
     assert got["translations"][0]["text"] == greedy.translate([SENTENCES[4]])[0]
     assert got["decode"]["n_best"] == 1
 
@@ -160,7 +163,7 @@ def test_attention_has_a_map_per_hypothesis_shaped_by_the_pieces(client, ckpt):
 
 
 def test_attention_too_large_to_send_is_left_out_with_a_reason(client, monkeypatch):
-    monkeypatch.setattr(api, "MAX_ATTENTION_WEIGHTS", 20)
+    monkeypatch.setattr(protocol, "MAX_ATTENTION_WEIGHTS", 20)
     result = post(client, {"text": SENTENCES[0], "attention": True})["translations"][0]
     assert result["text"] and result["attention"] is None
     assert "more than the 20 this server returns" in result["attention_omitted"]
@@ -173,7 +176,7 @@ def test_a_transformer_reports_every_layer_and_head(ckpt):
                                   decoder_layers=2, share_embeddings=False)  # fmt: skip
     torch.manual_seed(0)  # the GRU run's target vocabulary is pruned: two embedding tables
     model = build_model(model_cfg, len(base.vocabs.src), len(base.vocabs.tgt), False)
-    translator = Translator(model, base.vocabs, BEAM, base.device)
+    translator = Translator(model, base.vocabs, base.device, decode=BEAM)
     from nmt.checkpoint import load_checkpoint
 
     run = dataclasses.replace(load_checkpoint(ckpt).config, model=model_cfg)
@@ -295,7 +298,7 @@ def test_an_unexpected_failure_is_a_json_500_and_the_server_goes_on(ckpt, monkey
     app = load_app(serve_config(ckpt))
     calls = []
 
-    def broken(self, sentences, attention=True, first_line=1):
+    def broken(self, sentences, *args, **kwargs):
         calls.append(sentences)
         raise RuntimeError("the decoder fell over")
 
@@ -307,6 +310,32 @@ def test_an_unexpected_failure_is_a_json_500_and_the_server_goes_on(ckpt, monkey
         assert answer.json() == {"error": "internal error: RuntimeError"}
         assert c.get("/health").json() == {"status": "ok"}
         assert c.post("/translate", json={"text": SENTENCES[0]}).status_code == 200
+
+
+def test_one_translator_serves_every_request_whatever_its_settings(ckpt, monkeypatch):
+    """The server builds its Translator once; each request's settings go to the call."""
+    built = []
+    real_init = Translator.__init__
+
+    def counted(self, *args, **kwargs):
+        built.append(self)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(Translator, "__init__", counted)
+    app = load_app(serve_config(ckpt))
+    assert len(built) == 1
+    with TestClient(app) as c:
+        for decode in ({"strategy": "greedy"}, {"beam_size": 3, "n_best": 2}, {}):
+            answer = c.post("/translate", json={"text": SENTENCES[0], "decode": decode})
+            assert answer.status_code == 200
+        greedy, beam, default = (
+            post(c, {"text": SENTENCES[1], "decode": d})["translations"][0]
+            for d in ({"strategy": "greedy"}, {"beam_size": 3, "n_best": 2}, {})
+        )
+    assert len(built) == 1
+    assert len(greedy["nbest"]) == 1 and len(beam["nbest"]) == 2
+    expected = built[0].translate([SENTENCES[1]], decode=DecodeConfig())[0]
+    assert greedy["text"] == expected
 
 
 def test_request_decode_defaults_follow_the_strategy():
@@ -330,7 +359,7 @@ def test_bad_settings_fail_before_loading_anything(capsys, tmp_path):
 
 
 def test_nmt_serve_prints_its_real_port_and_stops_on_ctrl_c(ckpt):
-    command = [sys.executable, "-c", "from nmt.cli import main_serve; main_serve()"]
+    command = [sys.executable, "-c", "from nmt.cli.main import main_serve; main_serve()"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     server = subprocess.Popen(
         [*command, f"ckpt={ckpt}", "port=0", "device=cpu"],

@@ -15,8 +15,8 @@ import pytest
 from starlette.testclient import TestClient
 from test_serve import SENTENCES, post, serve_config, tiny_checkpoint
 
-from nmt.batching import Batcher
-from nmt.serve import load_app
+from nmt.serving.app import load_app
+from nmt.serving.batching import Batcher
 from nmt.translate import Translator
 
 
@@ -51,9 +51,9 @@ def count_decodes(monkeypatch) -> list[int]:
     sizes: list[int] = []
     real = Translator.translate_full
 
-    def counted(self, sentences, attention=True, first_line=1):
+    def counted(self, sentences, *args, **kwargs):
         sizes.append(len(sentences))
-        return real(self, sentences, attention, first_line)
+        return real(self, sentences, *args, **kwargs)
 
     monkeypatch.setattr(Translator, "translate_full", counted)
     return sizes
@@ -103,9 +103,9 @@ def test_the_event_loop_answers_while_a_decode_runs(ckpt, monkeypatch):
     """Decoding runs in the worker thread: /health is answered in the middle of a slow decode."""
     real = Translator.translate_full
 
-    def slow(self, sentences, attention=True, first_line=1):
+    def slow(self, sentences, *args, **kwargs):
         time.sleep(1.0)
-        return real(self, sentences, attention, first_line)
+        return real(self, sentences, *args, **kwargs)
 
     monkeypatch.setattr(Translator, "translate_full", slow)
     app = load_app(serve_config(ckpt))

@@ -41,7 +41,7 @@ pytestmark = [
     pytest.mark.browser,
     pytest.mark.skipif(
         importlib.util.find_spec("playwright") is None,
-        reason="playwright is not installed (pip install 'nmt[browser]')",
+        reason="playwright is not installed (pip install -e '.[browser]')",
     ),
     pytest.mark.skipif(
         not Path(CHROMIUM).is_file(), reason=f"no {CHROMIUM} (apt-get install chromium)"
@@ -51,7 +51,7 @@ pytestmark = [
 
 def start_server(ckpt: Path, log: Path) -> tuple[subprocess.Popen, str]:
     """nmt-serve on a free port; returns the process and the URL it printed."""
-    command = [sys.executable, "-c", "from nmt.cli import main_serve; main_serve()"]
+    command = [sys.executable, "-c", "from nmt.cli.main import main_serve; main_serve()"]
     args = [f"ckpt={ckpt}", "port=0", "device=cpu", "decode.n_best=3"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     with open(log, "w") as err:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from nmt import cli
+from nmt.cli import main as cli
 from nmt.run_config import load_run_config
 
 SMALL = ["data.tokenizer.vocab_size=400", "train.batch_tokens=600", "train.lr=0.003"]

@@ -11,9 +11,9 @@ import pytest
 import sentencepiece as spm
 
 from nmt.config import PieceModel, TokenizerConfig
-from nmt.data import clean
 from nmt.demo import generate_pairs
 from nmt.errors import NMTError
+from nmt.inputs import clean
 from nmt.tokenizer import (
     BOS,
     EOS,

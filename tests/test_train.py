@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from nmt import cli
 from nmt.checkpoint import load_checkpoint
+from nmt.cli import main as cli
 
 SMALL = ["data.tokenizer.vocab_size=400", "train.batch_tokens=600", "train.lr=0.003"]
 SMALL_RNN = ["model.emb_size=64", "model.hidden_size=64", "model.dropout=0.1"]
@@ -55,7 +55,7 @@ def test_resume_gives_the_same_losses_as_an_uninterrupted_run(tmp_path, demo_dir
 def test_a_run_killed_between_checkpoints_resumes_to_the_same_losses(
     tmp_path, demo_dir, monkeypatch
 ):
-    from nmt.train import Trainer
+    from nmt.training.trainer import Trainer
 
     common = [
         "train.log_every=1",
@@ -131,7 +131,7 @@ def test_end_to_end_bleu_is_far_above_chance(trained, capsys):
 
 
 def run_translate(ckpt: Path, stdin: bytes) -> subprocess.CompletedProcess:
-    code = "from nmt.cli import main_translate; main_translate()"
+    code = "from nmt.cli.main import main_translate; main_translate()"
     return subprocess.run(
         [sys.executable, "-c", code, f"ckpt={ckpt}"], input=stdin, capture_output=True
     )
@@ -202,8 +202,9 @@ def type_into_repl(monkeypatch, lines: list[str]) -> None:
 
 
 def test_interactive_prompt_shows_translation_and_attention(trained, tmp_path, monkeypatch, capsys):
+    from nmt.cli.translate import repl
     from nmt.run_config import TranslateRunConfig
-    from nmt.translate import Translator, repl
+    from nmt.translate import Translator
 
     type_into_repl(monkeypatch, ["Ich sehe einundzwanzig rote Äpfel.", "   "])
     ckpt = trained / "checkpoints" / "best"
@@ -220,9 +221,10 @@ def test_interactive_prompt_shows_translation_and_attention(trained, tmp_path, m
 
 
 def test_interactive_prompt_lists_the_n_best_with_scores(trained, monkeypatch, capsys):
+    from nmt.cli.translate import repl
     from nmt.config import DecodeConfig, Strategy
     from nmt.run_config import TranslateRunConfig
-    from nmt.translate import Translator, repl
+    from nmt.translate import Translator
 
     type_into_repl(monkeypatch, ["Er zählt zwölf Katzen."])
     ckpt = trained / "checkpoints" / "best"
@@ -238,13 +240,14 @@ def test_interactive_prompt_lists_the_n_best_with_scores(trained, monkeypatch, c
 
 
 def test_nbest_tsv_gives_every_hypothesis_with_its_line_number(trained):
+    from nmt.cli.translate import translate_stream
     from nmt.config import DecodeConfig, Strategy
     from nmt.translate import Translator
 
     decode = DecodeConfig(strategy=Strategy.beam, beam_size=3, n_best=2)
     translator = Translator.from_checkpoint(trained / "checkpoints" / "best", decode, "cpu")
     lines = ["Er zählt zwölf Katzen.", "", "Ich sehe einundzwanzig rote Äpfel."]
-    rows = [row.split("\t") for row in translator.translate_stream(lines, nbest_tsv=True)]
+    rows = [row.split("\t") for row in translate_stream(translator, lines, nbest_tsv=True)]
     assert [(r[0], r[1]) for r in rows] == [
         ("1", "1"),
         ("1", "2"),

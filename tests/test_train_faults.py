@@ -17,13 +17,13 @@ import torch
 from test_train import SMALL, SMALL_RNN, losses
 
 from nmt import checkpoint as checkpoint_module
-from nmt import cli
-from nmt import train as train_module
 from nmt.checkpoint import load_checkpoint
+from nmt.cli import main as cli
 from nmt.data import epoch_batches
 from nmt.errors import NMTError
-from nmt.prepare import prepare_run
-from nmt.train import Trainer
+from nmt.training import trainer as train_module
+from nmt.training.setup import prepare_run
+from nmt.training.trainer import Trainer
 
 QUICK = ["train.valid_bleu=false", "train.metric=loss", "train.log_every=1"]
 
@@ -73,7 +73,7 @@ def test_a_signal_saves_at_the_stop_step_and_resume_continues_the_same_losses(
 
 def test_sigterm_to_the_nmt_train_command_exits_0_with_a_checkpoint(tmp_path, demo_dir):
     run_dir = tmp_path / "run"
-    code = "from nmt.cli import main_train; main_train()"
+    code = "from nmt.cli.main import main_train; main_train()"
     extra = ["train.max_steps=100000", "train.valid_every=100000"]
     cmd = [sys.executable, "-c", code, *args(run_dir, demo_dir, *extra)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

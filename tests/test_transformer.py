@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from nmt import cli
+from nmt.cli import main as cli
 from nmt.config import TransformerConfig
 from nmt.data import collate
 from nmt.errors import NMTError

@@ -5,6 +5,7 @@ out, in order, in bounded time and memory, and nothing is dropped without a word
 """
 
 import contextlib
+import logging
 import os
 import queue
 import select
@@ -18,15 +19,17 @@ from pathlib import Path
 import pytest
 from conftest import default_sigint
 
-from nmt import cli
+from nmt.cli import main as cli
+from nmt.cli.translate import arrivals, repl, translate_stream
 from nmt.config import DecodeConfig
 from nmt.errors import NMTError
+from nmt.inputs import source_ids
 from nmt.run_config import TranslateRunConfig
 from nmt.tokenizer import EOS
-from nmt.translate import Translator, arrivals, repl, source_ids
+from nmt.translate import Translator
 
 SHORT = ["Ich sehe einundzwanzig rote Äpfel.", "Er zählt zwölf Katzen."]
-TRANSLATE = "from nmt.cli import main_translate; main_translate()"
+TRANSLATE = "from nmt.cli.main import main_translate; main_translate()"
 GREEDY_CPU = ["decode=greedy", "device=cpu"]  # as DecodeConfig() decodes, to compare with it
 
 
@@ -57,18 +60,18 @@ def fifty_thousand_words() -> str:
     "long_line",
     [pytest.param("Äpfel" * 200_000, id="1M-chars-no-space"), pytest.param(None, id="50k-words")],
 )
-def test_an_overlong_line_is_cut_with_one_warning_and_keeps_its_place(ckpt, long_line, capsys):
+def test_an_overlong_line_is_cut_with_one_warning_and_keeps_its_place(ckpt, long_line, caplog):
     """Fault: one line of 1,000,000 characters (or 50,000 words) between two short ones."""
     long_line = long_line or fifty_thousand_words()
     translator = Translator.from_checkpoint(ckpt, device="cpu")
     alone = translator.translate(SHORT)
-    capsys.readouterr()
+    caplog.clear()
     start = time.perf_counter()
-    out = list(translator.translate_stream([SHORT[0] + "\n", long_line + "\n", SHORT[1] + "\n"]))
+    out = list(translate_stream(translator, [SHORT[0] + "\n", long_line + "\n", SHORT[1] + "\n"]))
     seconds = time.perf_counter() - start
     assert len(out) == 3 and [out[0], out[2]] == alone
     assert out[1] and "\n" not in out[1]
-    warnings = capsys.readouterr().err.splitlines()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1, warnings
     assert "line 2 " in warnings[0] and f"({len(long_line)} characters)" in warnings[0]
     assert "max_src_pieces=1024" in warnings[0]
@@ -171,7 +174,7 @@ def test_lines_are_translated_before_the_input_ends(gru_ckpt):
         waited_out.append(not more.wait(timeout=30))  # a chunked reader would wait here
         yield SHORT[1] + "\n"
 
-    stream = translator.translate_stream(slow_input())
+    stream = translate_stream(translator, slow_input())
     first = [next(stream) for _ in range(3)]
     assert not waited_out, "the first translations waited for more input"
     more.set()

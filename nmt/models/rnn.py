@@ -159,8 +159,7 @@ class RNNDecoder(nn.Module):
         per-piece tables (`PieceTables`): the same function as `run`, with fewer multiply-adds.
         Training and export (traced under no_grad) run the modules themselves, and so does CUDA:
         there a step is bound by kernel launches, and the fused cuDNN cell is one launch where
-        the written-out gates would be a dozen (unmeasured: no GPU in the session that wrote
-        this)."""
+        the written-out gates would be a dozen (not measured on a GPU)."""
         if self.training or not torch.is_inference_mode_enabled() or prev.device.type == "cuda":
             emb = self.embed_dropout(self.embed(prev.unsqueeze(1)))
             outputs, weights, state = self.run(emb, state)

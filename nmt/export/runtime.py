@@ -7,7 +7,7 @@ batch at once. It talks to the graphs only through the manifest: the encoder's o
 `memory` go to every step unchanged, the step outputs named in `state` come back as the next
 step's inputs, and each tensor's `batch_axis` says how to drop finished sentences.
 
-    from nmt.runtime import ExportedTranslator
+    from nmt.export.runtime import ExportedTranslator
     translator = ExportedTranslator("runs/export")   # onnxruntime (or TorchScript) and numpy
     translator.translate(["Ein Hund läuft."])
 
@@ -24,6 +24,7 @@ import numpy as np
 
 from nmt.config import DecodeConfig
 from nmt.errors import NMTError
+from nmt.inputs import clean, length_batches, read_sources
 from nmt.tokenizer import BOS, EOS, PAD, Vocab
 
 MANIFEST = "manifest.json"
@@ -51,7 +52,7 @@ class OnnxSession:
             import onnxruntime as ort
         except ImportError as err:
             raise NMTError(
-                "running ONNX graphs needs onnxruntime: pip install nmt[export]"
+                "running ONNX graphs needs onnxruntime: pip install onnxruntime"
             ) from err
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
@@ -115,33 +116,37 @@ class ExportedTranslator:
             case _:
                 raise NMTError(f"{directory}: format {kind!r} has no graphs to run here")
         self.decode = decode or DecodeConfig(**self.manifest["decode"])
-        tokenizer = self.manifest["tokenizer"]
-        pieces = {
-            side: None if tokenizer.get(f"{side}_pieces") is None else
-            self.directory / tokenizer[f"{side}_pieces"]
-            for side in ("src", "tgt")
-        }  # fmt: skip
-        self.src_vocab = Vocab(self.directory / tokenizer["src"], pieces["src"])
-        self.tgt_vocab = Vocab(self.directory / tokenizer["tgt"], pieces["tgt"])
+        self.src_vocab, self.tgt_vocab = manifest_vocabs(self.directory, self.manifest)
 
-    def translate(self, sentences: list[str]) -> list[str]:
-        """Blank sentences give blank translations; a source longer than
-        decode.max_src_pieces is cut to its first pieces (as `Translator` does, without a
-        warning)."""
-        todo = [i for i, s in enumerate(sentences) if s.strip()]
-        cap = self.decode.max_src_pieces
-        ids = self.src_vocab.encode([" ".join(sentences[i].split()) for i in todo])
-        src_ids = [(x[: cap - 1] if cap else x) + [EOS] for x in ids]
-        decoded = self.greedy(src_ids)
-        texts = self.tgt_vocab.decode([d.tokens for d in decoded]) if decoded else []
-        out = [""] * len(sentences)
-        for i, text in zip(todo, texts):
-            out[i] = " ".join(text.split())
-        return out
+    def translate(
+        self, texts: list[str], *, decode: DecodeConfig | None = None, first_line: int = 1
+    ) -> list[str]:
+        """The greedy translation of each text, read as `nmt.translate.Translator` reads it
+        (`nmt.inputs`): blank texts give blank translations, and a source longer than
+        decode.max_src_pieces is cut to its first pieces, with a warning logged. `decode`
+        (default: the one given at construction) sets the limits and the batch size."""
+        decode = decode or self.decode
+        sources = read_sources(self.src_vocab, texts, decode.max_src_pieces, first_line)
+        decoded = self.greedy(sources.ids, decode)
+        outputs = self.tgt_vocab.decode([d.tokens for d in decoded]) if decoded else []
+        return sources.place([clean(text) for text in outputs], lambda i: "")
 
-    def greedy(self, src_ids: list[list[int]]) -> list[Decoded]:
+    def greedy(self, src_ids: list[list[int]], decode: DecodeConfig | None = None) -> list[Decoded]:
         """Decode sources (ids ending in EOS) in length-sorted batches; results in input order."""
-        return greedy(self.session, self.manifest, src_ids, self.decode)
+        return greedy(self.session, self.manifest, src_ids, decode or self.decode)
+
+
+def manifest_vocabs(directory: Path, manifest: dict) -> tuple[Vocab, Vocab]:
+    """The source and target vocabularies of an export directory, as its manifest names them
+    (pruned ones through their `*_pieces` files)."""
+    tokenizer = manifest["tokenizer"]
+    vocabs = []
+    for side in ("src", "tgt"):
+        pieces = tokenizer.get(f"{side}_pieces")
+        vocabs.append(
+            Vocab(directory / tokenizer[side], None if pieces is None else directory / pieces)
+        )
+    return vocabs[0], vocabs[1]
 
 
 def greedy(
@@ -150,11 +155,9 @@ def greedy(
     """Greedy decoding of sources (ids ending in EOS) in length-sorted batches of
     `decode.batch_size`, results in input order. `session.run(graph, inputs) -> outputs` runs
     "encoder" or "decoder_step" on numpy arrays by name (`OnnxSession`, `TorchScriptSession`, or
-    `nmt.graphs.Graphs` itself); `manifest` connects them."""
-    order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]))
+    `nmt.export.graphs.Graphs` itself); `manifest` connects them."""
     results: list[Decoded] = [Decoded([], 0.0, False)] * len(src_ids)
-    for start in range(0, len(order), decode.batch_size):
-        index = order[start : start + decode.batch_size]
+    for index in length_batches([len(ids) for ids in src_ids], decode.batch_size):
         for i, result in zip(
             index, greedy_batch(session, manifest, [src_ids[i] for i in index], decode)
         ):

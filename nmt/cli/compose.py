@@ -2,7 +2,7 @@
 
 Composition goes through Hydra's compose API, so a command never changes directory or writes
 Hydra output folders, and a misspelt key, a bad choice or a bad combination is one NMTError whose
-message names the valid keys or options. Only this module and ``nmt/sweep.py`` import Hydra.
+message names the valid keys or options. Only this module and ``nmt/cli/sweep.py`` import Hydra.
 """
 
 from __future__ import annotations
@@ -27,11 +27,30 @@ from nmt.run_config import (
 
 def config_dir() -> Path:
     """configs/ inside an installed wheel, else the checkout's top-level configs/."""
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parents[1]  # the nmt package
     for candidate in (here / "configs", here.parent / "configs"):
         if (candidate / "train.yaml").is_file():
             return candidate
     raise NMTError(f"cannot find the nmt configs directory near {here}")
+
+
+def config_groups(name: str) -> dict[str, tuple[str | None, list[str]]]:
+    """The config groups `nmt-<name>` composes, from the defaults list of configs/<name>.yaml:
+    {group: (default option or None, every option in configs/<group>/)}."""
+    from omegaconf import OmegaConf
+
+    root = config_dir()
+    groups = {}
+    defaults = OmegaConf.to_container(OmegaConf.load(root / f"{name}.yaml")).get("defaults", [])
+    for entry in defaults:
+        if not isinstance(entry, dict):  # the schema, _self_
+            continue
+        for group, option in entry.items():
+            if not (root / group).is_dir():  # `override hydra/...`, schemas
+                continue
+            options = sorted(p.stem for p in (root / group).glob("*.yaml"))
+            groups[group] = (option, options)
+    return groups
 
 
 SCHEMAS = {

@@ -1,6 +1,6 @@
-"""The recurrent family's encoder and decoder-step graphs (see `nmt.graphs`): the encoder runs
-each direction of each layer as its own RNN instead of packing, and the decoder's state object
-becomes a tuple of tensors."""
+"""The recurrent family's encoder and decoder-step graphs (see `nmt.export.graphs`): the encoder
+runs each direction of each layer as its own RNN instead of packing, and the decoder's state
+object becomes a tuple of tensors."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from nmt.config import Cell, DecoderStyle, RNNConfig
-from nmt.graphs.spec import GraphSpec, TensorSpec
+from nmt.export.graphs.spec import GraphSpec, TensorSpec
 from nmt.models.attention import Prepared
 from nmt.models.rnn import RNNDecoder, RNNEncoder, RNNState
 from nmt.models.seq2seq import Seq2Seq

@@ -7,7 +7,6 @@ Validation runs on rank 0 only; the trainer shares the metrics with the other ra
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import torch
@@ -17,13 +16,13 @@ from nmt.checkpoint import step_name
 from nmt.config import DecodeConfig
 from nmt.data import Encoded, collate, token_batches
 from nmt.device import autocast
-from nmt.evaluate import bleu
 from nmt.lexicon import Lexicon
-from nmt.loss import batch_loss
+from nmt.metrics import bleu, perplexity
 from nmt.models.seq2seq import Seq2Seq
 from nmt.run_config import TrainRunConfig
 from nmt.search import decode_all
 from nmt.tokenizer import EOS, Vocabs
+from nmt.training.loss import batch_loss
 
 
 @torch.inference_mode()
@@ -49,7 +48,7 @@ def validate(
         nll += batch_nll
         tokens += batch.n_tgt_tokens
     nll = nll.item()
-    result = {"loss": nll / tokens, "ppl": math.exp(min(nll / tokens, 50.0))}
+    result = {"loss": nll / tokens, "ppl": perplexity(nll / tokens)}
     if cfg.train.valid_bleu:
         # the search runs as nmt-evaluate runs it (decode.precision), so the BLEU logged here is
         # the one nmt-evaluate gives the checkpoint

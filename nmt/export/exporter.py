@@ -1,9 +1,9 @@
 """`nmt-export`: a checkpoint as files another runtime can load.
 
-- `format=onnx`: `encoder.onnx` and `decoder_step.onnx` (`nmt/graphs/`), for onnxruntime;
+- `format=onnx`: `encoder.onnx` and `decoder_step.onnx` (`nmt/export/graphs/`), for onnxruntime;
 - `format=torchscript`: `encoder.pt` and `decoder_step.pt` (torch.jit.trace of the same graphs);
 - `format=ctranslate2`: a CTranslate2 model directory (Transformer only,
-  `nmt/ctranslate2_export.py`).
+  `nmt/export/ct2.py`).
 
 Every export directory also holds the sentencepiece model(s), `manifest.json` (model family,
 graph inputs and outputs with their shapes, special ids and pieces, the decoding limits the
@@ -27,11 +27,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from nmt.checkpoint import Checkpoint, load_checkpoint, restore_model
+from nmt.checkpoint import Checkpoint, load_checkpoint
 from nmt.errors import NMTError
-from nmt.graphs import Graphs, TensorSpec, export_graphs
+from nmt.export.graphs import Graphs, TensorSpec, export_graphs
+from nmt.export.runtime import MANIFEST
+from nmt.models import restore_model
 from nmt.run_config import ExportFormat, ExportRunConfig, flatten
-from nmt.runtime import MANIFEST
 from nmt.tokenizer import BOS, EOS, PAD, UNK, Vocabs
 
 GRAPH_FILES = {
@@ -39,13 +40,14 @@ GRAPH_FILES = {
     ExportFormat.torchscript: ("encoder.pt", "decoder_step.pt"),
 }
 EXPORT_VERSION = 1
+log = logging.getLogger(__name__)
 
 
 def export_main(cfg: ExportRunConfig) -> None:
     ckpt = load_checkpoint(cfg.ckpt)
     out = export_checkpoint(ckpt, cfg.format, Path(cfg.out), cfg.overwrite, cfg.quantization)
     files = ", ".join(sorted(p.name for p in out.iterdir()))
-    print(f"exported {ckpt.path} as {cfg.format.value} to {out}: {files}", file=sys.stderr)
+    log.info("exported %s as %s to %s: %s", ckpt.path, cfg.format.value, out, files)
 
 
 def export_checkpoint(
@@ -58,7 +60,7 @@ def export_checkpoint(
     """Write the export of `ckpt` to `out` (a new directory, or replaced with `overwrite`);
     `quantization` is CTranslate2's weight type (None: float32)."""
     if fmt == ExportFormat.ctranslate2:
-        from nmt.ctranslate2_export import check_convertible
+        from nmt.export.ct2 import check_convertible
 
         check_convertible(ckpt.config.model)  # refuse before anything is written
     if out.exists() and not overwrite:
@@ -73,7 +75,7 @@ def export_checkpoint(
     tmp.parent.mkdir(parents=True, exist_ok=True)
     try:
         if fmt == ExportFormat.ctranslate2:
-            from nmt.ctranslate2_export import write_ctranslate2
+            from nmt.export.ct2 import write_ctranslate2
 
             manifest = write_ctranslate2(ckpt, tmp, quantization)
         else:
@@ -117,7 +119,7 @@ def _common_manifest(ckpt: Checkpoint, fmt: ExportFormat) -> dict:
         "special_pieces": {k: vocabs.tgt.id_to_piece([i])[0] for k, i in ids.items()},
         "source": "sentencepiece ids of the text (mapped through src_pieces if set), then EOS",
         "target": "decoding starts from BOS and stops at EOS",
-        # the limits the checkpoint validated with: nmt.runtime's defaults
+        # the limits the checkpoint validated with: nmt.export.runtime's defaults
         "decode": {
             k: getattr(decode, k)
             for k in (
@@ -168,7 +170,9 @@ def _export_onnx(
         import onnx  # noqa: F401 - the exporter needs it, and onnxscript
         import onnxscript  # noqa: F401
     except ImportError as err:
-        raise NMTError("format=onnx needs onnx and onnxscript: pip install nmt[export]") from err
+        raise NMTError(
+            "format=onnx needs onnx and onnxscript: pip install onnx onnxscript"
+        ) from err
     dynamic = torch.export.Dim.DYNAMIC
     shapes = tuple(
         {axis: dynamic for axis, size in enumerate(t.shape) if isinstance(size, str)} or None
@@ -226,7 +230,7 @@ class _quiet:
 def _verify(graphs: Graphs, out: Path, fmt: ExportFormat, files: tuple[str, str]) -> None:
     """Run the exported graphs on a batch of 3 sources of lengths 5, 4, 2 for two steps (the
     first with empty caches) and compare with the PyTorch graphs (atol 1e-4)."""
-    from nmt.runtime import OnnxSession, TorchScriptSession
+    from nmt.export.runtime import OnnxSession, TorchScriptSession
 
     manifest = graphs.spec.to_json()
     manifest["encoder"]["file"], manifest["decoder_step"]["file"] = files
@@ -285,11 +289,11 @@ def readme(fmt: ExportFormat, manifest: dict) -> str:
             "result = translator.translate_batch(pieces, beam_size=5, min_decoding_length=0)\n"
             "print(sp_tgt.decode(result[0].hypotheses[0]))\n```\n\n"
             "The translate_batch options that search exactly as nmt does (length penalty, length "
-            "limits) are in docs/export.md (nmt.ctranslate2_export.decode_options).\n"
+            "limits) are in docs/export.md (nmt.export.ct2.decode_options).\n"
         )
     return head + (
         "Greedy translation with onnxruntime (or TorchScript) and numpy, no model code:\n\n"
-        "```python\nfrom nmt.runtime import ExportedTranslator\n"
+        "```python\nfrom nmt.export.runtime import ExportedTranslator\n"
         "print(ExportedTranslator(DIR).translate(['Ein Hund läuft.']))\n```\n\n"
         "By hand: run the encoder graph on `src` (B, S) int64 ids ending in EOS, 0-padded (and "
         "`src_lens` (B,) for the recurrent family); then call the decoder-step graph with `prev` "

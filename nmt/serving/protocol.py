@@ -1,6 +1,6 @@
 """The JSON of nmt-serve's HTTP API: reading a /translate request (each problem one BadRequest with
-its status) and writing translations and GET /info. docs/serve.md is the contract; `nmt/serve.py`
-is the server around it.
+its status) and writing translations and GET /info. docs/serve.md is the contract;
+`nmt/serving/app.py` is the server around it.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from starlette.requests import Request
 from torch import Tensor
 
 from nmt.config import DecodeConfig, LengthPenalty, RNNConfig, Strategy, TransformerConfig
-from nmt.data import clean
 from nmt.errors import NMTError
+from nmt.inputs import clean
 from nmt.run_config import ServeRunConfig, TrainRunConfig, flatten
 from nmt.translate import Translation, Translator
 

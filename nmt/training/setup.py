@@ -2,8 +2,8 @@
 tokenizer and the lexicon (learned by rank 0, read by the others), the model, and the checkpoint
 to resume from.
 
-`prepare_run` is separate from the loop (nmt/train.py) so that benchmarks and tests can build a
-run exactly as `nmt-train` does and then drive `Trainer` themselves.
+`prepare_run` is separate from the loop (nmt/training/trainer.py) so that benchmarks and tests can
+build a run exactly as `nmt-train` does and then drive `Trainer` themselves.
 """
 
 from __future__ import annotations
@@ -17,15 +17,16 @@ import torch
 from nmt.checkpoint import Checkpoint, load_resume_point
 from nmt.config import Split, TransformerConfig
 from nmt.data import Encoded, encode, filter_length, read_split
-from nmt.distributed import SINGLE, Dist, barrier
 from nmt.errors import NMTError
-from nmt.lexicon import LEXICON_FILE, Lexicon, learn_lexicon, load_lexicon
+from nmt.lexicon import LEXICON_FILE, Lexicon, load_lexicon
 from nmt.models import build_model
 from nmt.models.seq2seq import Seq2Seq
-from nmt.resume import check_resume, load_init
 from nmt.run_config import TrainRunConfig
-from nmt.run_log import remove_logs
 from nmt.tokenizer import Vocabs, load_vocabs, prune_vocabs, train_vocabs
+from nmt.training.distributed import SINGLE, Dist, barrier
+from nmt.training.lexicon import learn_lexicon
+from nmt.training.resume import check_resume, load_init
+from nmt.training.run_log import remove_logs
 
 
 @dataclass
@@ -55,8 +56,8 @@ def prepare_run(
     run_dir = Path(cfg.run_dir)
     train_corpus = read_split(cfg.data, Split.train)
     valid_corpus = read_split(cfg.data, Split.valid)
-    resume = load_resume_point(root, where.say) if cfg.train.resume else None
-    init = load_init(cfg, where.say) if cfg.train.init_from else None
+    resume = load_resume_point(root) if cfg.train.resume else None
+    init = load_init(cfg) if cfg.train.init_from else None
     if resume is not None:
         check_resume(cfg, resume)
         vocabs = resume.vocabs

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from nmt.checkpoint import CKPT_FILE, Checkpoint, load_checkpoint, save_checkpoint
+from nmt.checkpoint import CKPT_FILE, Checkpoint, load_checkpoint, save_checkpoint, step_key
 from nmt.errors import NMTError
 from nmt.run_config import AverageRunConfig, flatten
 
@@ -114,18 +114,12 @@ def average_checkpoints(paths: list[Path]) -> dict:
     return _average(paths).weights
 
 
-def _step_order(path: Path) -> tuple[int, int]:
-    # step-00001000, or step-00001000-1 when a step was saved twice (nmt.checkpoint.save_checkpoint)
-    _, step, *again = path.name.split("-")
-    return int(step), int(again[0]) if again else 0
-
-
 def newest_checkpoints(run_dir: Path, n: int) -> list[Path]:
     """The newest `n` step checkpoints of a run, oldest first."""
     root = run_dir / "checkpoints"
     found = sorted(
         (p for p in root.glob("step-*") if (p / CKPT_FILE).is_file() and not p.is_symlink()),
-        key=_step_order,
+        key=step_key,
     )
     if not found:
         raise NMTError(f"no step checkpoints in {root}")

@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from nmt.distributed import Dist, sum_across
+from nmt.training.distributed import Dist, sum_across
 
 
 class Budget:

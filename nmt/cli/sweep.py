@@ -16,7 +16,7 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nmt.compose import composed, explain, hydra_session, search_path
+from nmt.cli.compose import composed, explain, hydra_session, search_path
 from nmt.errors import NMTError
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ def _train_job(cfg: DictConfig) -> dict:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
-    from nmt.train import train_main
+    from nmt.training.trainer import train_main
 
     hydra = HydraConfig.get()
     job, run_dir = int(hydra.job.num), str(hydra.runtime.output_dir)

@@ -6,13 +6,13 @@ WORLD_SIZE, RANK and LOCAL_RANK set; each joins one process group (nccl on CUDA,
 and wraps the model in DistributedDataParallel. Without those variables nothing here does any
 communication, and `Dist()` describes the single process.
 
-Rank 0 alone validates, logs and writes checkpoints; the others wait for it at a barrier.
+Rank 0 alone validates, logs and writes checkpoints; the others wait for it at a barrier. (The
+commands print log records of rank 0 only: `nmt.cli.logs`.)
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,11 +38,6 @@ class Dist:
     @property
     def active(self) -> bool:
         return self.world > 1
-
-    def say(self, line: str) -> None:
-        """A line for the console (stderr), from rank 0 only: one copy, not one per process."""
-        if self.main:
-            print(line, file=sys.stderr)
 
 
 SINGLE = Dist()  # one process, no communication

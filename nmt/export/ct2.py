@@ -24,7 +24,6 @@ Recurrent checkpoints are refused (CTranslate2 has no recurrent attention decode
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +41,8 @@ from nmt.config import (
     TransformerConfig,
 )
 from nmt.errors import NMTError
+from nmt.export.runtime import manifest_vocabs, read_manifest
+from nmt.inputs import clean, length_batches, read_sources
 from nmt.models.transformer import sinusoids
 from nmt.tokenizer import BOS, EOS, UNK, Vocab
 
@@ -58,7 +59,7 @@ def _import_ctranslate2():
     try:
         import ctranslate2
     except ImportError as err:
-        raise NMTError("format=ctranslate2 needs ctranslate2: pip install nmt[export]") from err
+        raise NMTError("format=ctranslate2 needs ctranslate2: pip install ctranslate2") from err
     return ctranslate2
 
 
@@ -278,20 +279,87 @@ def translate_pieces(
     that share their limits (sources of equal length mostly), so each sentence gets its own
     limit; without, batches of `cfg.batch_size` get one call each, with the batch's largest
     limit."""
-    order = sorted(range(len(pieces)), key=lambda i: len(pieces[i]))
-    runs = [order]
-    if exact_limits:  # the limits grow with the length: equal ones are neighbours in `order`
-        limits = lambda i: (cfg.max_len(len(pieces[i]) + 1), cfg.min_len(len(pieces[i]) + 1))
-        runs = [list(run) for _, run in itertools.groupby(order, key=limits)]
+    # the limits grow with the length, so each batch of `same` holds one pair of limits
+    limits = lambda n: (cfg.max_len(n + 1), cfg.min_len(n + 1))  # noqa: E731
+    batches = length_batches(
+        [len(p) for p in pieces], cfg.batch_size, limits if exact_limits else None
+    )
     out: list[list[tuple[list[str], float]]] = [[] for _ in pieces]
-    for run in runs:
-        for start in range(0, len(run), cfg.batch_size):
-            index = run[start : start + cfg.batch_size]
-            sources = [pieces[i] for i in index]
-            options = decode_options(cfg, [len(p) + 1 for p in sources], model)
-            for i, result in zip(index, translator.translate_batch(sources, **options)):
-                out[i] = [
-                    (tokens[:-1] if tokens and tokens[-1] == eos else tokens, score)
-                    for tokens, score in zip(result.hypotheses, result.scores)
-                ]
+    for index in batches:
+        sources = [pieces[i] for i in index]
+        options = decode_options(cfg, [len(p) + 1 for p in sources], model)
+        for i, result in zip(index, translator.translate_batch(sources, **options)):
+            out[i] = [
+                (tokens[:-1] if tokens and tokens[-1] == eos else tokens, score)
+                for tokens, score in zip(result.hypotheses, result.scores)
+            ]
     return out
+
+
+class CT2Translator:
+    """Translation with an `nmt-export format=ctranslate2` directory: the input read as
+    `nmt.translate.Translator` reads it (`nmt.inputs`), the search options that decode as a
+    `DecodeConfig` does (`decode_options`; greedy and beam search), the output detokenized and
+    cleaned as ours is. Needs ctranslate2 and sentencepiece, not the model code.
+
+        translator = CT2Translator("runs/ct2")
+        translator.translate(["Ein Hund läuft."], decode=DecodeConfig(strategy=Strategy.beam))
+    """
+
+    def __init__(
+        self,
+        directory: str | Path,
+        decode: DecodeConfig | None = None,
+        threads: int = 0,
+        compute_type: str = "default",
+    ) -> None:
+        ct2 = _import_ctranslate2()
+        directory = Path(directory)
+        manifest = read_manifest(directory)
+        if manifest.get("format") != "ctranslate2":
+            raise NMTError(f"{directory} is a {manifest.get('format')} export, not ctranslate2")
+        self.translator = ct2.Translator(
+            str(directory), device="cpu", compute_type=compute_type, intra_threads=threads,
+            inter_threads=1,
+        )  # fmt: skip
+        self.src_vocab, self.tgt_vocab = manifest_vocabs(directory, manifest)
+        self.model = TransformerConfig(**{**manifest["model"], "arch": "transformer"})
+        self.decode = decode or DecodeConfig(**manifest["decode"])
+        self.eos = self.tgt_vocab.id_to_piece([EOS])[0]
+
+    def translate(
+        self,
+        texts: list[str],
+        *,
+        decode: DecodeConfig | None = None,
+        first_line: int = 1,
+        exact_limits: bool = True,
+    ) -> list[str]:
+        """The best translation of each text; blank texts give blank translations. See
+        `translate_pieces` for `exact_limits`."""
+        nbests = self.hypotheses(
+            texts, decode=decode, first_line=first_line, exact_limits=exact_limits
+        )
+        return self.detokenize([nbest[0][0] if nbest else [] for nbest in nbests])
+
+    def detokenize(self, pieces: list[list[str]]) -> list[str]:
+        """Target pieces to text, cleaned as `Translator`'s output is."""
+        ids = [[self.tgt_vocab.piece_to_id(p) for p in seq] for seq in pieces]
+        return [clean(text) for text in self.tgt_vocab.decode(ids)] if ids else []
+
+    def hypotheses(
+        self,
+        texts: list[str],
+        *,
+        decode: DecodeConfig | None = None,
+        first_line: int = 1,
+        exact_limits: bool = True,
+    ) -> list[list[tuple[list[str], float]]]:
+        """Each text's n-best list of (target pieces, normalised score); [] for a blank text."""
+        decode = decode or self.decode
+        sources = read_sources(self.src_vocab, texts, decode.max_src_pieces, first_line)
+        pieces = [self.src_vocab.id_to_piece(ids[:-1]) for ids in sources.ids]  # CT2 adds EOS
+        nbests = translate_pieces(
+            self.translator, pieces, decode, self.eos, self.model, exact_limits
+        )
+        return sources.place(nbests, lambda i: [])

@@ -1,6 +1,6 @@
 """The command-line entry points (`nmt-train`, `nmt-evaluate`...): the only module that reads argv.
 
-Each command composes its config (`nmt/compose.py`) and hands the typed result to the library;
+Each command composes its config (`nmt/cli/compose.py`) and hands the typed result to the library;
 every error (a misspelt key, a bad choice, a missing file, a broken checkpoint) is one readable
 line and a non-zero exit status.
 
@@ -10,7 +10,7 @@ line and a non-zero exit status.
     nmt-plot run_dir=DIR         nmt-plot run_dirs=[A,B,...]
     nmt-serve ckpt=DIR port=N    nmt-export ckpt=DIR format=onnx|torchscript|ctranslate2 out=DIR
 
-A sweep (`-m`/`--multirun`) is `nmt/sweep.py`.
+A sweep (`-m`/`--multirun`) is `nmt/cli/sweep.py`.
 """
 
 from __future__ import annotations
@@ -18,12 +18,14 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
+import textwrap
 from collections.abc import Callable
 
 import nmt
-from nmt.compose import compose_config
+from nmt.cli.compose import SCHEMAS, compose_config, config_groups
+from nmt.cli.logs import command_logging
+from nmt.cli.sweep import sweep_train
 from nmt.errors import NMTError
-from nmt.sweep import sweep_train
 
 EXIT_USAGE = 2
 EXAMPLES = {
@@ -37,6 +39,30 @@ EXAMPLES = {
 }
 
 
+def _help(name: str) -> str:
+    """The epilog of `nmt-<name> --help`: its config groups with their options, and where every
+    key is documented."""
+    lines = []
+    groups = config_groups(name)
+    if groups:
+        lines.append("config groups (group=option; the default in brackets):")
+        width = max(len(group) for group in groups) + 1
+        for group, (default, options) in groups.items():
+            shown = ", ".join(f"[{o}]" if o == default else o for o in options)
+            lines += textwrap.wrap(
+                shown, 96, initial_indent=f"  {group + ':':<{width}} ",
+                subsequent_indent=" " * (width + 3),
+            )  # fmt: skip
+    where = f"configs/{name}.yaml" + (" and configs/<group>/<option>.yaml" if groups else "")
+    about = (
+        f"Every key is in {where}, each with a comment; the typed schemas are in "
+        f"nmt/run_config.py ({SCHEMAS[name].__name__}) and nmt/config.py. --cfg prints the "
+        "composed values; --config-dir DIR adds options of your own (DIR/<group>/<option>.yaml)."
+    )
+    lines += ["", *textwrap.wrap(about, 96)]
+    return "\n".join(lines)
+
+
 def _run(
     name: str,
     action: Callable[[object], object],
@@ -46,7 +72,8 @@ def _run(
     parser = argparse.ArgumentParser(
         prog=f"nmt-{name}",
         description=f"nmt {name}: Hydra overrides as key=value, e.g. {EXAMPLES[name]}",
-        epilog=f"configs/{name}.yaml lists every key with a comment; --cfg shows their values",
+        epilog=_help(name),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides (key=value, group=choice)")
     parser.add_argument("--cfg", action="store_true", help="print the composed config and exit")
@@ -59,6 +86,17 @@ def _run(
         help="sweep: one run per combination of key=a,b,c values" if sweep else argparse.SUPPRESS,
     )
     args = parser.parse_intermixed_args(argv)  # `-m` before or after the overrides
+    with command_logging(f"nmt-{name}"):
+        return _act(name, action, args, sweep)
+
+
+def _act(
+    name: str,
+    action: Callable[[object], object],
+    args: argparse.Namespace,
+    sweep: Callable[[list[str], str | None, bool], int] | None,
+) -> int:
+    """Compose the config and run the command; every error is one line and an exit status."""
     try:
         if args.multirun:
             if sweep is None:
@@ -84,26 +122,26 @@ def _run(
 
 def train(argv: list[str] | None = None, started: float | None = None) -> int:
     """nmt-train; `started` (time.monotonic()) is where train.max_minutes counts from."""
-    from nmt.train import train_main
+    from nmt.training.trainer import train_main
 
     run = functools.partial(train_main, started=started)
     return _run("train", run, argv, sweep=sweep_train)
 
 
 def evaluate(argv: list[str] | None = None) -> int:
-    from nmt.evaluate import evaluate_main
+    from nmt.cli.evaluate import evaluate_main
 
     return _run("evaluate", evaluate_main, argv)
 
 
 def translate(argv: list[str] | None = None) -> int:
-    from nmt.translate import translate_main
+    from nmt.cli.translate import translate_main
 
     return _run("translate", translate_main, argv)
 
 
 def average(argv: list[str] | None = None) -> int:
-    from nmt.average import average_main
+    from nmt.training.average import average_main
 
     return _run("average", average_main, argv)
 
@@ -121,7 +159,7 @@ def main_translate() -> None:
 
 
 def plot(argv: list[str] | None = None) -> int:
-    from nmt.plot import plot_main
+    from nmt.training.plot import plot_main
 
     return _run("plot", plot_main, argv)
 
@@ -135,13 +173,13 @@ def main_plot() -> None:
 
 
 def serve(argv: list[str] | None = None) -> int:
-    from nmt.serve import serve_main
+    from nmt.serving.app import serve_main
 
     return _run("serve", serve_main, argv)
 
 
 def export(argv: list[str] | None = None) -> int:
-    from nmt.export import export_main
+    from nmt.export.exporter import export_main
 
     return _run("export", export_main, argv)
 

@@ -8,10 +8,12 @@ KeyboardInterrupt, SIGTERM terminates), which is safe because checkpoint saves a
 
 from __future__ import annotations
 
+import logging
 import signal
-import sys
 import threading
 from types import FrameType
+
+log = logging.getLogger(__name__)
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -21,9 +23,8 @@ class StopRequest:
     while none arrived). Handlers can only be installed from the main thread; elsewhere (a
     library user's worker thread) it does nothing and signals keep their usual effect."""
 
-    def __init__(self, announce: bool = True) -> None:
+    def __init__(self) -> None:
         self.signal: str | None = None
-        self.announce = announce
         self._previous: dict[int, object] = {}
 
     def __enter__(self) -> StopRequest:
@@ -43,10 +44,8 @@ class StopRequest:
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.signal = signal.Signals(signum).name
         self._restore()  # a second signal takes the default way out
-        if self.announce:
-            print(
-                f"\nnmt-train: {self.signal} received: finishing this update, then saving a "
-                "checkpoint (send it again to stop at once)",
-                file=sys.stderr,
-                flush=True,
-            )
+        log.warning(
+            "%s received: finishing this update, then saving a checkpoint (send it again to stop "
+            "at once)",
+            self.signal,
+        )

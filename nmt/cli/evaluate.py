@@ -1,52 +1,21 @@
-"""Evaluation: decode a split, write the hypotheses, score them with sacreBLEU.
-
-Scores are always computed by sacrebleu on detokenized output against the references as read
-(whitespace runs collapsed, which none of BLEU's 13a tokenizer, chrF or TER can see), and printed
-in sacreBLEU's own format followed by the signature.
+"""nmt-evaluate: decode a split (or a pair of files), write the hypotheses, score them with
+sacreBLEU (`nmt.metrics`: detokenized output against the raw references, signatures printed),
+and draw the attention of the first sentences.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
-from sacrebleu.metrics import BLEU, CHRF, TER
-
 from nmt.attention_map import save_heatmap, save_heatmap_grid
-from nmt.checkpoint import load_checkpoint, restore_model
+from nmt.checkpoint import load_checkpoint
 from nmt.data import read_lines, read_split
-from nmt.device import resolve_device
 from nmt.errors import NMTError
+from nmt.metrics import Scores, score
 from nmt.run_config import EvaluateRunConfig
 from nmt.translate import Translator
-
-
-@dataclass
-class Scores:
-    bleu: float
-    chrf: float
-    ter: float
-    lines: list[str]  # sacreBLEU's own rendering of each score, each followed by its signature
-
-    def to_dict(self) -> dict:
-        return {"bleu": self.bleu, "chrf": self.chrf, "ter": self.ter, "report": self.lines}
-
-
-def score(hypotheses: list[str], references: list[str]) -> Scores:
-    if len(hypotheses) != len(references):
-        raise NMTError(f"{len(hypotheses)} hypotheses but {len(references)} references")
-    lines, values = [], []
-    for metric in (BLEU(), CHRF(), TER()):
-        result = metric.corpus_score(hypotheses, [references])
-        lines += [str(result), f"  signature: {metric.get_signature()}"]
-        values.append(result.score)
-    return Scores(*values, lines)
-
-
-def bleu(hypotheses: list[str], references: list[str]) -> float:
-    return BLEU().corpus_score(hypotheses, [references]).score
 
 
 def _out_dir(cfg: EvaluateRunConfig, ckpt_path: Path) -> Path:
@@ -59,9 +28,7 @@ def _out_dir(cfg: EvaluateRunConfig, ckpt_path: Path) -> Path:
 
 def evaluate_main(cfg: EvaluateRunConfig) -> Scores:
     ckpt = load_checkpoint(cfg.ckpt)
-    device = resolve_device(cfg.device)
-    model = restore_model(ckpt, device)
-    translator = Translator(model, ckpt.vocabs, cfg.decode, device, ckpt.lexicon)
+    translator = Translator.from_checkpoint(ckpt, cfg.decode, cfg.device)
     if cfg.src_file is not None:
         sources, references = read_lines(Path(cfg.src_file)), read_lines(Path(cfg.ref_file))
         name = Path(cfg.src_file).name

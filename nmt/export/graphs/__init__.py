@@ -15,8 +15,8 @@ instead, which gives the same states) and Python-int positions and in-place cach
 Transformer step appends to its cache and reads its position from the cache length).
 
 Shapes: B batch, S source length, P positions decoded so far, L layers, h heads, k head size,
-H hidden size, V target vocabulary. Greedy decoding over these graphs (`nmt/runtime.py`) gives the
-tokens of `nmt.search.greedy`; tests/test_export.py checks it for both families.
+H hidden size, V target vocabulary. Greedy decoding over these graphs (`nmt/export/runtime.py`)
+gives the tokens of `nmt.search.greedy`; tests/test_export.py checks it for both families.
 
 Each family's graphs are in their own module (`transformer.py`, `rnn.py`); `spec.py` holds the
 specs.
@@ -31,9 +31,13 @@ import torch
 from torch import nn
 
 from nmt.errors import NMTError
-from nmt.graphs.rnn import RNNEncoderGraph, RNNStepGraph, rnn_spec
-from nmt.graphs.spec import GraphSpec, TensorSpec
-from nmt.graphs.transformer import TransformerEncoderGraph, TransformerStepGraph, transformer_spec
+from nmt.export.graphs.rnn import RNNEncoderGraph, RNNStepGraph, rnn_spec
+from nmt.export.graphs.spec import GraphSpec, TensorSpec
+from nmt.export.graphs.transformer import (
+    TransformerEncoderGraph,
+    TransformerStepGraph,
+    transformer_spec,
+)
 from nmt.models.rnn import RNNDecoder, RNNEncoder
 from nmt.models.seq2seq import Seq2Seq
 from nmt.models.transformer import TransformerDecoder, TransformerEncoder
@@ -49,8 +53,8 @@ class Graphs:
     spec: GraphSpec
 
     def run(self, graph: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The session interface of `nmt.runtime` over the PyTorch graphs themselves: graph is
-        "encoder" or "decoder_step"; inputs and outputs by name, as numpy arrays."""
+        """The session interface of `nmt.export.runtime` over the PyTorch graphs themselves: graph
+        is "encoder" or "decoder_step"; inputs and outputs by name, as numpy arrays."""
         module, names, outputs = self._graph(graph)
         with torch.no_grad():
             out = module(*[torch.from_numpy(np.asarray(inputs[name])) for name in names])

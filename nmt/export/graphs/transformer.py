@@ -1,4 +1,4 @@
-"""The Transformer's encoder and decoder-step graphs (see `nmt.graphs`): positions read from
+"""The Transformer's encoder and decoder-step graphs (see `nmt.export.graphs`): positions read from
 tensor sizes instead of Python ints, and a self-attention cache that grows by concatenation
 instead of being written in place."""
 
@@ -9,7 +9,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from nmt.graphs.spec import GraphSpec, TensorSpec
+from nmt.export.graphs.spec import GraphSpec, TensorSpec
 from nmt.models.seq2seq import Seq2Seq
 from nmt.models.transformer import TransformerDecoder, TransformerEncoder
 from nmt.tokenizer import PAD

@@ -8,7 +8,7 @@ refused with the keys named, and `train.init_from` offers the way to start afres
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
 from pathlib import Path
 
 import torch
@@ -16,6 +16,8 @@ import torch
 from nmt.checkpoint import Checkpoint, load_checkpoint
 from nmt.errors import NMTError
 from nmt.run_config import TrainRunConfig, flatten
+
+log = logging.getLogger(__name__)
 
 
 def check_resume(cfg: TrainRunConfig, resume: Checkpoint) -> None:
@@ -61,7 +63,7 @@ def _check_same_schedule(cfg: TrainRunConfig, stored: TrainRunConfig, where: Pat
         )
 
 
-def load_init(cfg: TrainRunConfig, say: Callable[[str], None]) -> Checkpoint:
+def load_init(cfg: TrainRunConfig) -> Checkpoint:
     """train.init_from: a new run that starts from another run's weights and tokenizer."""
     init = load_checkpoint(cfg.train.init_from)
     _check_same_model(cfg, init.config, "train.init_from")
@@ -72,11 +74,11 @@ def load_init(cfg: TrainRunConfig, say: Callable[[str], None]) -> Checkpoint:
             "train.init_from keeps the checkpoint's tokenizer (the embeddings are tied to it): "
             + ", ".join(diff)
         )
-    say(
-        f"nmt-train: starting from the weights and tokenizer of {init.path} (step "
-        f"{init.payload['step']}); optimizer, learning-rate schedule, step count, data order and "
-        "early stopping start afresh"
-    )
+    log.info(
+        "starting from the weights and tokenizer of %s (step %d); optimizer, learning-rate "
+        "schedule, step count, data order and early stopping start afresh",
+        init.path, init.payload["step"],
+    )  # fmt: skip
     return init
 
 

@@ -5,9 +5,12 @@ and not the run; a run that keeps failing stops with advice, and its last checkp
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from nmt.errors import NMTError
+
+log = logging.getLogger(__name__)
 
 MIN_LOSS_SCALE = 1e-4  # below this an fp16 run cannot recover (fairseq stops at the same point)
 
@@ -19,12 +22,11 @@ NAN_ADVICE = (
 
 class BadUpdates:
     """The skipped updates of one run: `limit` of them in a row stop it (train.max_bad_updates).
-    `say` prints a warning line; `saved_step` gives the newest checkpoint's step, for the message
+    Each is logged as a warning; `saved_step` gives the newest checkpoint's step, for the message
     that stops the run."""
 
-    def __init__(self, limit: int, say: Callable[[str], None], saved_step: Callable[[], int]):
+    def __init__(self, limit: int, saved_step: Callable[[], int]):
         self.limit = limit
-        self.say = say
         self.saved_step = saved_step
         self.in_row = 0  # consecutive skipped updates
         self.skipped = 0  # skipped updates since the last log line (the trainer resets it)
@@ -37,7 +39,7 @@ class BadUpdates:
         """Count a skipped update; the limit-th in a row raises NMTError with `advice`."""
         self.in_row += 1
         self.skipped += 1
-        self.say(f"warning: step {step}: {reason}; update skipped ({self.in_row} in a row)")
+        log.warning("step %d: %s; update skipped (%d in a row)", step, reason, self.in_row)
         if self.in_row >= self.limit:
             raise NMTError(
                 f"stopping at step {step}: {self.limit} updates in a row were skipped ({reason}); "

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import time
 from pathlib import Path
 from types import TracebackType
 
 import torch
 
-from nmt.distributed import SINGLE, Dist, sum_across
+from nmt.metrics import perplexity
+from nmt.training.distributed import SINGLE, Dist, sum_across
 
 METRICS = "metrics.jsonl"
 EVENTS_GLOB = "events.out.tfevents.*"
@@ -110,7 +110,7 @@ class Window:
         entry = {
             "split": "train",
             "loss": loss / tokens,  # label-smoothed, per target token
-            "ppl": math.exp(min(nll / tokens, 50.0)),
+            "ppl": perplexity(nll / tokens),
             "lr": lr,
             "tokens": self.tokens,  # target tokens in this window, all ranks
             "tokens_per_s": self.tokens / (time.perf_counter() - self.start),

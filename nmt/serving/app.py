@@ -3,12 +3,12 @@
     POST /translate  {"text": "..."} or {"texts": [...]}, optional "decode": {...}, "attention"
     GET  /health     {"status": "ok"}
     GET  /info       the model, its languages, vocabularies, decoding defaults, step, valid BLEU
-    GET  /           the page (nmt/web/: plain HTML, CSS and JS, no build step)
+    GET  /           the page (nmt/serving/web/: plain HTML, CSS and JS, no build step)
 
 Every bad request is answered with a 4xx status and {"error": "..."}; see docs/serve.md for the
-request and response shapes and the table of errors, and `nmt/api.py` for the code that reads and
-writes them. Requests are decoded in batches by
-`nmt.batching.Batcher`, in one worker thread, so the event loop stays responsive.
+request and response shapes and the table of errors, and `nmt/serving/protocol.py` for the code
+that reads and writes them. Requests are decoded in batches by
+`nmt.serving.batching.Batcher`, in one worker thread, so the event loop stays responsive.
 """
 
 from __future__ import annotations
@@ -27,28 +27,30 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from nmt.api import BadRequest, describe_model, parse_request, read_body, translation_json
-from nmt.batching import Batcher
-from nmt.checkpoint import load_checkpoint, restore_model
+from nmt.checkpoint import load_checkpoint
 from nmt.config import DecodeConfig, Strategy
-from nmt.device import resolve_device
 from nmt.errors import NMTError
 from nmt.run_config import ServeRunConfig, flatten
+from nmt.serving.batching import Batcher
+from nmt.serving.protocol import (
+    BadRequest,
+    describe_model,
+    parse_request,
+    read_body,
+    translation_json,
+)
 from nmt.translate import Translator
 
 WEB = Path(__file__).resolve().parent / "web"
-log = logging.getLogger("nmt.serve")
+log = logging.getLogger(__name__)
 
 
 def decode_batch(translator: Translator, key: object, items: list[tuple]) -> list[dict]:
     """The batcher's work, in its worker thread: items are (text, decode, attention) of requests
-    with the same decode settings; one decode for all of them."""
+    with the same decode settings; one decode for all of them, with those settings."""
     decode = items[0][1]
     attention = any(want for _, _, want in items)
-    worker = Translator(
-        translator.model, translator.vocabs, decode, translator.device, translator.lexicon
-    )
-    results = worker.translate_full([text for text, _, _ in items], attention)
+    results = translator.translate_full([text for text, _, _ in items], attention, decode=decode)
     return [translation_json(t, want) for t, (_, _, want) in zip(results, items)]
 
 
@@ -151,9 +153,7 @@ async def _server_error(request: Request, exc: Exception) -> Response:
 def load_app(cfg: ServeRunConfig) -> Starlette:
     """Load the checkpoint once and build the app around it."""
     ckpt = load_checkpoint(cfg.ckpt)
-    device = resolve_device(cfg.device)
-    model = restore_model(ckpt, device)
-    translator = Translator(model, ckpt.vocabs, cfg.decode, device, ckpt.lexicon)
+    translator = Translator.from_checkpoint(ckpt, cfg.decode, cfg.device)
     return create_app(translator, cfg, describe_model(translator, ckpt.config, ckpt.payload))
 
 
@@ -174,7 +174,6 @@ def listen(host: str, port: int) -> socket.socket:
 def serve_main(cfg: ServeRunConfig) -> None:
     import uvicorn
 
-    logging.basicConfig(level=logging.INFO, format="nmt-serve: %(message)s")
     app = load_app(cfg)
     sock = listen(cfg.host, cfg.port)
     host, port = sock.getsockname()[:2]

@@ -1,5 +1,6 @@
 """The training loop: `Trainer` runs the updates, validations and checkpoints of one run over the
-model and data that `nmt.prepare.prepare_run` made ready; `train_main` is what nmt-train calls.
+model and data that `nmt.training.setup.prepare_run` made ready; `train_main` is what nmt-train
+calls.
 
 One update = `accum_steps` batches per process. The data position (epoch, batch index) and every
 process's RNG state go into each checkpoint, and batches are a pure function of (seed, epoch), so
@@ -10,8 +11,8 @@ batches of an update are dealt out to the processes (see `Trainer.update`).
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,14 +20,18 @@ from pathlib import Path
 import torch
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
-from nmt.bad_updates import NAN_ADVICE, BadUpdates
-from nmt.budget import Budget
 from nmt.checkpoint import Checkpoint, point, prune, save_checkpoint
 from nmt.config import Metric, Optimizer, Precision
 from nmt.data import collate, epoch_batches
 from nmt.device import autocast, check_precision, resolve_device
-from nmt.distributed import (
+from nmt.errors import NMTError
+from nmt.models.seq2seq import Seq2Seq
+from nmt.run_config import TrainRunConfig
+from nmt.training.bad_updates import NAN_ADVICE, BadUpdates
+from nmt.training.budget import Budget
+from nmt.training.distributed import (
     SINGLE,
     Dist,
     barrier,
@@ -36,16 +41,15 @@ from nmt.distributed import (
     init_process_group,
     shutdown,
 )
-from nmt.errors import NMTError
-from nmt.loss import batch_loss
-from nmt.models.seq2seq import Seq2Seq
-from nmt.preemption import StopRequest
-from nmt.prepare import RunData, prepare_run
-from nmt.resume import rng_state, set_rng_state
-from nmt.run_config import TrainRunConfig
-from nmt.run_log import RunLog, Window
-from nmt.schedule import LRSchedule
-from nmt.validation import save_alignments, validate
+from nmt.training.loss import batch_loss
+from nmt.training.preemption import StopRequest
+from nmt.training.resume import rng_state, set_rng_state
+from nmt.training.run_log import RunLog, Window
+from nmt.training.schedule import LRSchedule
+from nmt.training.setup import RunData, prepare_run
+from nmt.training.validation import save_alignments, validate
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -109,13 +113,10 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(device.type, enabled=fp16)
         self.progress = Progress()
         self.saved_step = -1  # step of the newest checkpoint
-        self.log: RunLog | None = None  # rank 0's, while the loop runs
+        self.run_log: RunLog | None = None  # rank 0's, while the loop runs
         self.resumed_at: int | None = None  # the step a resumed run continues from
         self.norms: list[float] = []  # gradient norms of the updates since the last log line
-        self.say = where.say  # the progress bar's write while the loop runs
-        self.bad = BadUpdates(
-            cfg.train.max_bad_updates, lambda line: self.say(line), lambda: self.saved_step
-        )
+        self.bad = BadUpdates(cfg.train.max_bad_updates, lambda: self.saved_step)
         valid_tokens = sum(len(t) + 1 for t in data.valid.tgt)
         began = time.monotonic() if started is None else started
         self.budget = Budget(cfg.train.max_minutes, began, valid_tokens)  # train.max_minutes
@@ -143,8 +144,8 @@ class Trainer:
         self.resumed_at = self.progress.step  # the logs are cut back to it when they open
 
     def record(self, entry: dict) -> None:
-        if self.log is not None:
-            self.log.write(self.progress.step, self.progress.epoch, entry)
+        if self.run_log is not None:
+            self.run_log.write(self.progress.step, self.progress.epoch, entry)
 
     def update(self, group: list[list[int]]) -> tuple[torch.Tensor, int]:
         """One optimizer update over `group`, the batches of this update on all ranks together
@@ -297,21 +298,25 @@ class Trainer:
         if where.main:
             params = sum(p.numel() for p in self.model.parameters())
             ranks = f" x {where.world} processes" if where.active else ""
-            print(
-                f"nmt-train: {len(self.data.train)} training pairs, vocab "
-                f"{len(self.data.vocabs.src)}/{len(self.data.vocabs.tgt)}, {params / 1e6:.2f}M "
-                f"parameters, device {self.device}{ranks}, run {self.run_dir}",
-                file=sys.stderr,
-            )
+            log.info(
+                "%d training pairs, vocab %d/%d, %.2fM parameters, device %s%s, run %s",
+                len(self.data.train), len(self.data.vocabs.src), len(self.data.vocabs.tgt),
+                params / 1e6, self.device, ranks, self.run_dir,
+            )  # fmt: skip
         bar = tqdm(
             total=cfg.max_steps, initial=progress.step, desc="train",
             disable=None if where.main else True,
         )  # fmt: skip
-        if where.main and not bar.disable:
-            self.say = bar.write
+        # while the bar is drawn, log records are written above it instead of through it
+        quiet_bar = logging_redirect_tqdm([logging.getLogger("nmt")])
         window = Window(self.device)
         self.model.train()
-        with StopRequest(announce=where.main) as stop, bar, self._metrics_log():
+        with (
+            StopRequest() as stop,
+            bar,
+            contextlib.nullcontext() if bar.disable else quiet_bar,
+            self._metrics_log(),
+        ):
             while progress.step < cfg.max_steps:
                 if cfg.max_epochs and progress.epoch >= cfg.max_epochs:
                     break
@@ -335,14 +340,14 @@ class Trainer:
                         self.record(entry)
                         bar.set_postfix_str(Window.describe(entry))
                         if bar.disable:  # no terminal (a log file, CI): print plain lines
-                            self.say(f"step {progress.step}: train {Window.describe(entry)}")
+                            log.info("step %d: train %s", progress.step, Window.describe(entry))
                     if progress.step % cfg.valid_every == 0 or progress.step == cfg.max_steps:
                         with window.paused():  # validation is not training time
-                            self.say(self.validate_and_save())
+                            log.info(self.validate_and_save())
                         patience = cfg.early_stopping_patience
                         if patience and progress.bad_validations >= patience:
                             gain = f"no {cfg.metric.value} gain in {patience} checks"
-                            self.say(f"early stopping: {gain}")
+                            log.info("early stopping: %s", gain)
                             return self._result()
                     signalled, out_of_time = self._must_stop(stop)
                     if signalled:
@@ -353,20 +358,20 @@ class Trainer:
                 if progress.position >= len(batches):
                     progress.epoch, progress.position = progress.epoch + 1, 0
             if self.saved_step != progress.step:  # stopped between validations (max_epochs)
-                self.say(self.validate_and_save())
+                log.info(self.validate_and_save())
         return self._result()
 
     @contextlib.contextmanager
     def _metrics_log(self):
         """metrics.jsonl (and TensorBoard events), appended to by rank 0 while the loop runs."""
         if self.where.main:
-            self.log = RunLog(self.run_dir, self.cfg.train.tensorboard, self.resumed_at)
+            self.run_log = RunLog(self.run_dir, self.cfg.train.tensorboard, self.resumed_at)
         try:
             yield
         finally:
-            if self.log is not None:
-                self.log.close()
-                self.log = None
+            if self.run_log is not None:
+                self.run_log.close()
+                self.run_log = None
 
     def _result(self) -> Path:
         best = self.root / "best"
@@ -384,12 +389,12 @@ class Trainer:
     def _out_of_time(self) -> Path:
         """train.max_minutes: validate and save the update just finished, as at max_steps."""
         if self.saved_step != self.progress.step:
-            self.say(self.validate_and_save())
+            log.info(self.validate_and_save())
         minutes = self.budget.elapsed() / 60
-        self.say(
-            f"nmt-train: time budget of {self.cfg.train.max_minutes:g} min reached after step "
-            f"{self.progress.step} ({minutes:.1f} min since the start)"
-        )
+        log.info(
+            "time budget of %g min reached after step %d (%.1f min since the start)",
+            self.cfg.train.max_minutes, self.progress.step, minutes,
+        )  # fmt: skip
         return self._result()
 
     def _stop(self, stop: StopRequest) -> Path:
@@ -400,11 +405,11 @@ class Trainer:
             self.save({}, improved=False)
             self.saved_step = step
             barrier(self.where)
-        self.say(
-            f"nmt-train: stopped by {stop.signal or 'a signal to another rank'} after step "
-            f"{step}; checkpoint {(self.root / 'last').resolve()}. To continue, run the same "
-            "command with train.resume=true"
-        )
+        log.info(
+            "stopped by %s after step %d; checkpoint %s. To continue, run the same command with "
+            "train.resume=true",
+            stop.signal or "a signal to another rank", step, (self.root / "last").resolve(),
+        )  # fmt: skip
         return self._result()
 
 

@@ -1,0 +1,36 @@
+"""`python -m nmt.cli.lexicon CKPT_DIR`: learn lexicon.pt (for `decode.shortlist`) into a checkpoint
+written before nmt learned one, from its run's training data."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from nmt.checkpoint import load_checkpoint
+from nmt.config import Split
+from nmt.data import encode, filter_length, read_split
+from nmt.errors import NMTError
+from nmt.lexicon import LEXICON_FILE
+from nmt.training.lexicon import learn_lexicon
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m nmt.cli.lexicon",
+        description="learn lexicon.pt (for decode.shortlist) into a checkpoint directory",
+    )
+    parser.add_argument("ckpt", help="checkpoint directory, e.g. runs/NAME/checkpoints/best")
+    args = parser.parse_args(argv)
+    try:
+        ckpt = load_checkpoint(args.ckpt)
+        data = ckpt.config.data
+        pairs = filter_length(encode(read_split(data, Split.train), ckpt.vocabs), data.max_len)
+        lexicon = learn_lexicon(pairs, len(ckpt.vocabs.src), len(ckpt.vocabs.tgt))
+        lexicon.save(ckpt.path / LEXICON_FILE)
+    except NMTError as err:
+        sys.exit(f"nmt: error: {err}")
+    print(f"wrote {ckpt.path / LEXICON_FILE} ({len(pairs)} training pairs)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,216 @@
+"""nmt-translate: translate standard input or a file, N lines in, N lines out in the same order (a
+blank line gives a blank line, no output line holds a newline), or an interactive prompt on a
+terminal.
+
+Lines are read by a thread of their own (`arrivals`), so a pause in a pipe never holds back the
+translations of the lines that came before it, and memory stays bounded however long the input.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import queue
+import sys
+import threading
+from collections.abc import Iterable, Iterator
+from typing import TextIO
+
+from nmt.attention_map import format_attention, save_heatmap
+from nmt.config import DecodeConfig, Strategy
+from nmt.errors import NMTError
+from nmt.run_config import TranslateRunConfig
+from nmt.translate import Translator
+
+CHUNK_LINES = 1000  # batch mode translates at most this many lines at a time
+
+
+def translate_stream(
+    translator: Translator,
+    lines: Iterable[str],
+    decode: DecodeConfig | None = None,
+    nbest_tsv: bool = False,
+) -> Iterator[str]:
+    """Translate an unbounded stream, keeping the order. Yields one line per input line, or
+    with `nbest_tsv` one `line<TAB>rank<TAB>score<TAB>text` row per hypothesis (line and rank
+    from 1; a blank input line gives one row with an empty text).
+
+    Lines are translated as they arrive: whatever has come in (up to CHUNK_LINES) goes to the
+    model as soon as one line is there, so an interactive pipe gets each answer at once and a
+    file still gets full batches. Sampling waits for full chunks instead: its draws depend on
+    how the sentences are batched, and `decode.seed` promises the same samples every run."""
+    decode = decode or translator.decode
+    first = 1
+    wait_full = decode.strategy == Strategy.sample
+    for chunk in arrivals(lines, CHUNK_LINES, wait_full):
+        chunk = [line.rstrip("\n") for line in chunk]
+        if not nbest_tsv:
+            yield from translator.translate(chunk, decode=decode, first_line=first)
+        else:
+            results = translator.translate_full(chunk, False, decode=decode, first_line=first)
+            for n, result in enumerate(results, first):
+                for rank, (text, score) in enumerate(result.nbest, 1):
+                    yield f"{n}\t{rank}\t{score:.4f}\t{text}"
+        first += len(chunk)
+
+
+class _Failed:
+    """The reader's exception, carried through the queue to be raised where the lines are used."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+_END = object()  # the reader reached the end of the input
+
+
+def arrivals(lines: Iterable[str], most: int, wait_full: bool = False) -> Iterator[list[str]]:
+    """The lines of `lines` in order, in lists of 1 to `most`: each list holds what has arrived
+    by the time at least one line is there (with `wait_full`, `most` lines or the rest at the end).
+
+    A thread reads `lines` into a bounded queue, so a pause in the input (a pipe that has no more
+    for now) never holds back the lines that came before it, whatever `lines` is: a file, a pipe,
+    a generator. The queue holds at most `most` lines, so memory does not grow with the input. An
+    exception from `lines` is raised here, after the lines read before it. Closing this generator
+    stops the reader at its next line."""
+    waiting: queue.Queue = queue.Queue(maxsize=most)
+    stop = threading.Event()
+
+    def hand_over(item: object) -> bool:
+        while not stop.is_set():  # a timeout, so that a consumer that left can stop the reader
+            try:
+                waiting.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                pass
+        return False
+
+    def read() -> None:
+        try:
+            for line in lines:
+                if not hand_over(line):
+                    return
+        except BaseException as err:  # noqa: BLE001 - handed to the consumer, who raises it
+            hand_over(_Failed(err))
+        else:
+            hand_over(_END)
+
+    reader = threading.Thread(target=read, name="nmt-line-reader", daemon=True)
+    reader.start()
+    try:
+        ended = False
+        while not ended:
+            chunk: list[str] = []
+            item = waiting.get()  # blocks until something arrives
+            while True:
+                if item is _END or isinstance(item, _Failed):
+                    ended = True
+                    break
+                chunk.append(item)
+                if len(chunk) == most:
+                    break
+                if wait_full:
+                    item = waiting.get()
+                else:
+                    try:
+                        item = waiting.get_nowait()
+                    except queue.Empty:
+                        break
+            if chunk:
+                yield chunk
+            if isinstance(item, _Failed):
+                raise item.error
+    finally:
+        stop.set()
+
+
+def _open_text(path: str | None, mode: str, fallback: TextIO) -> TextIO:
+    """A UTF-8 stream that splits lines on '\\n' only and never fails on bad bytes.
+
+    Standard input is read through a private duplicate of its descriptor: the thread that reads
+    it may be left blocked in a read when translation stops early (Ctrl-C, `| head`), holding the
+    stream's lock, and Python aborts at exit ("could not acquire lock for <stdin>") if that stream
+    is sys.stdin's, which it closes on the way out."""
+    if path is None and mode == "r":
+        try:
+            buffer = open(os.dup(fallback.fileno()), "rb")  # noqa: SIM115 - see translate_main
+        except (AttributeError, OSError, io.UnsupportedOperation):  # a stand-in without a fd
+            buffer = fallback.buffer
+    elif path is None:
+        buffer = fallback.buffer
+    else:
+        try:
+            buffer = open(path, mode + "b")  # noqa: SIM115 - closed by the caller
+        except OSError as err:
+            raise NMTError(f"cannot open {path}: {err.strerror}") from err
+    return io.TextIOWrapper(
+        buffer, encoding="utf-8", errors="replace", newline="\n", write_through=True
+    )
+
+
+def repl(translator: Translator, cfg: TranslateRunConfig) -> None:
+    """Translate what is typed, as Python's own prompt behaves: arrow keys and history (when the
+    readline module exists), Ctrl-C drops the line being typed or stops the translation under way
+    and returns to the prompt, Ctrl-D on an empty line quits."""
+    # importing readline is what gives input() line editing and history; where it is missing
+    # (Windows, a Python built without it) plain input() still works
+    with contextlib.suppress(ImportError):
+        import readline  # noqa: F401
+    print("Type a sentence and press Enter; Ctrl-C cancels, Ctrl-D quits.", file=sys.stderr)
+    typed = 0  # numbers the sentences in length warnings
+    while True:
+        try:
+            line = input("> ")
+        except EOFError:
+            print(file=sys.stderr)
+            return
+        except KeyboardInterrupt:
+            print(file=sys.stderr)
+            continue
+        if not line.strip():
+            continue
+        typed += 1
+        try:
+            result = translator.translate_full([line], first_line=typed)[0]
+        except KeyboardInterrupt:
+            # search keeps nothing between calls, so an interrupted one leaves no state behind
+            print("(translation cancelled)", file=sys.stderr)
+            continue
+        print(result.text, flush=True)
+        if len(result.nbest) > 1:
+            for rank, (text, score) in enumerate(result.nbest, 1):
+                print(f"  {rank:>2}  {score:8.4f}  {text}")
+        weights = result.attention(cfg.attention_layer, cfg.attention_head)
+        if weights is None:
+            continue
+        if cfg.show_attention:
+            print(format_attention(result.src_pieces, result.tgt_pieces, weights))
+        if cfg.attention_png:
+            save_heatmap(result.src_pieces, result.tgt_pieces, weights, cfg.attention_png, line)
+            print(f"(attention map written to {cfg.attention_png})", file=sys.stderr)
+
+
+def translate_main(cfg: TranslateRunConfig) -> None:
+    translator = Translator.from_checkpoint(cfg.ckpt, cfg.decode, cfg.device)
+    if cfg.input is None and cfg.output is None and sys.stdin.isatty():
+        repl(translator, cfg)
+        return
+    source = _open_text(cfg.input, "r", sys.stdin)
+    sink = _open_text(cfg.output, "w", sys.stdout)
+    read_all = False
+    try:
+        for text in translate_stream(translator, source, nbest_tsv=cfg.nbest_tsv):
+            sink.write(text + "\n")
+            sink.flush()  # through a pipe each line leaves now, not when a buffer fills
+        read_all = True
+    finally:
+        # after an early stop the reader may still be blocked on a pipe: closing the stream would
+        # wait for its lock, so the open descriptor is left to the process's exit (a file's reads
+        # never block for long, so a file is closed either way)
+        if cfg.input is not None or read_all:
+            source.close()
+        if cfg.output is not None:
+            sink.close()
+        else:
+            sink.detach()  # leave sys.stdout usable

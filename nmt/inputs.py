@@ -1,0 +1,116 @@
+"""The one path every translator's input takes: text cleaned, blank texts set aside, sources cut to
+`decode.max_src_pieces` and tokenized, and then batched by length.
+
+`nmt.translate.Translator`, the exported runtime (`nmt.export.runtime.ExportedTranslator`) and the
+CTranslate2 runner (`nmt.export.ct2.CT2Translator`) all read their input through `read_sources`
+and batch it with `length_batches`, so a given text reaches every one of them as the same ids, and
+a line that holds only a byte-order mark is blank for all three. Training corpora are cleaned by
+the same `clean` (`nmt.data`).
+
+This module needs sentencepiece (through `nmt.tokenizer`) and nothing heavier: the exported
+runtime runs without torch.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import re
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+
+from nmt.tokenizer import EOS, Vocab
+
+log = logging.getLogger(__name__)
+
+_SPACE = re.compile(r"[\s\ufeff]+")  # whitespace, and a byte-order mark left by some editors
+# Raw characters kept per allowed piece before a capped source is tokenized: a piece spans at most
+# 16 characters (sentencepiece's max_sentencepiece_length), so 64 leaves a wide margin, and a
+# million-character line costs the tokenizer tens of thousands of characters, not a million.
+CHARS_PER_PIECE = 64
+
+
+def clean(text: str) -> str:
+    """Collapse whitespace runs (tabs, newlines, NBSP, byte-order marks...) to one space and strip
+    the ends. Applied to sources, references and outputs alike: no output holds a newline."""
+    return _SPACE.sub(" ", text).strip()
+
+
+@dataclass
+class Sources:
+    """The model inputs of a list of texts. Blank texts are not sent to a model: `ids[k]` is the
+    source of text `index[k]`; the others translate to blank lines."""
+
+    ids: list[list[int]]  # each ending in EOS, at most `cap` long
+    index: list[int]  # for each entry of `ids`, the position of its text
+    total: int  # how many texts were given
+
+    def place(self, results: Sequence, blank: Callable[[int], object]) -> list:
+        """`results` (one per entry of `ids`) back in text order; `blank(i)` fills text i when it
+        was blank."""
+        out = [blank(i) for i in range(self.total)]
+        for i, result in zip(self.index, results):
+            out[i] = result
+        return out
+
+
+def read_sources(vocab: Vocab, texts: Sequence[str], cap: int, first_line: int = 1) -> Sources:
+    """Clean, set blank texts aside, tokenize, cut to `cap` pieces (EOS included; 0 = no cap).
+    A cut text is logged as a warning naming its line (`first_line` numbers the first text)."""
+    cleaned = [clean(t) for t in texts]
+    index = [i for i, text in enumerate(cleaned) if text]
+    ids, cut = source_ids(vocab, [cleaned[i] for i in index], cap)
+    for k in cut:
+        text = texts[index[k]]
+        log.warning(
+            "line %d has %d words (%d characters), more than decode.max_src_pieces=%d pieces: "
+            "only its first %d pieces are translated",
+            first_line + index[k], len(text.split()), len(text), cap, cap - 1,
+        )  # fmt: skip
+    return Sources(ids, index, len(texts))
+
+
+def source_ids(vocab: Vocab, texts: list[str], cap: int) -> tuple[list[list[int]], list[int]]:
+    """The ids of non-blank cleaned `texts`, each ending in EOS and at most `cap` long (0 = no
+    cap), and the indices of the texts that were cut.
+
+    A text far longer than the cap is cut before tokenization, at a space when one is near the cut,
+    so tokenizing stays cheap; sentencepiece never joins pieces across a space, so the first `cap`
+    pieces are those of the whole text. Should the cut text give fewer than `cap` pieces after all
+    (pieces longer than CHARS_PER_PIECE), the whole text is tokenized."""
+    if not cap:
+        return [ids + [EOS] for ids in vocab.encode(texts)], []
+    bound = cap * CHARS_PER_PIECE
+    shortened = [_cut_text(text, bound) for text in texts]
+    ids = vocab.encode(shortened)
+    cut = []
+    for i, (text, short) in enumerate(zip(texts, shortened)):
+        if len(short) < len(text) and len(ids[i]) < cap:
+            ids[i] = vocab.encode([text])[0]
+        if len(ids[i]) >= cap:  # EOS makes one more
+            ids[i] = ids[i][: cap - 1]
+            cut.append(i)
+        ids[i].append(EOS)
+    return ids, cut
+
+
+def _cut_text(text: str, bound: int) -> str:
+    """`text` up to `bound` characters, ending before a space in its second half if it has one."""
+    if len(text) <= bound:
+        return text
+    space = text.rfind(" ", bound // 2, bound)
+    return text[:space] if space > 0 else text[:bound]
+
+
+def length_batches(
+    lengths: Sequence[int], size: int, same: Callable[[int], Hashable] | None = None
+) -> list[list[int]]:
+    """Indices of `lengths` sorted by length (ties in input order), cut into batches of at most
+    `size`: sources of similar length share a batch, so little is spent on padding. With `same`,
+    a batch holds only sources whose lengths give the same `same(length)` (CTranslate2 takes one
+    length limit per call)."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    runs = [order] if same is None else [list(run) for _, run in itertools.groupby(
+        order, key=lambda i: same(lengths[i])
+    )]  # fmt: skip
+    return [run[start : start + size] for run in runs for start in range(0, len(run), size)]

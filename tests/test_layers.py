@@ -1,0 +1,114 @@
+"""The package layout holds: imports point down (cli -> training / serving / export -> the core)
+and no modules import each other, read from the source with `ast` (nothing is imported, so no
+import side effect can hide or fake an edge). Every import counts: at the top, inside a function
+or under `if TYPE_CHECKING`."""
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "nmt"
+# the packages by job, above the core (every other module of nmt/); siblings never import each other
+LAYERS = {"cli": 2, "training": 1, "serving": 1, "export": 1}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> list[tuple[str, int]]:
+    """(imported nmt module, line) for every import in the file; `from nmt.x import y` counts as
+    nmt.x.y when that is a module, else nmt.x."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package = module_name(path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the package, one level up per extra dot
+                base = ".".join(package[: len(package) - node.level + 1] + [base]).strip(".")
+            for alias in node.names:
+                candidate = f"{base}.{alias.name}"
+                found.append((candidate if is_module(candidate) else base, node.lineno))
+    return [(name, line) for name, line in found if name == "nmt" or name.startswith("nmt.")]
+
+
+def is_module(name: str) -> bool:
+    path = ROOT.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def job(module: str) -> str:
+    """The package by job a module belongs to ("core" for the rest of nmt)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else "core"
+
+
+def graph() -> dict[str, list[tuple[str, int, Path]]]:
+    edges: dict[str, list[tuple[str, int, Path]]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        edges[module_name(path)] = [(target, line, path) for target, line in imports(path)]
+    return edges
+
+
+def test_the_graph_is_read():
+    """The walk sees the imports it must judge (a broken walk would pass everything)."""
+    edges = graph()
+    assert ("nmt.training.trainer", "nmt.training.validation") in {
+        (module, target) for module, targets in edges.items() for target, _, _ in targets
+    }
+    assert job("nmt.cli.main") == "cli" and job("nmt.models.rnn") == "core"
+    assert len(edges) > 40
+
+
+def test_imports_point_down():
+    """A module imports its own package, the core, or (from cli only) the packages by job."""
+    wrong = []
+    for module, targets in graph().items():
+        mine = job(module)
+        level = LAYERS.get(mine, 0)
+        for target, line, path in targets:
+            theirs = job(target)
+            if theirs == mine:
+                continue
+            if LAYERS.get(theirs, 0) >= level:
+                wrong.append(
+                    f"{path.relative_to(ROOT)}:{line}: {module} ({mine}) imports {target}"
+                    f" ({theirs})"
+                )
+    assert not wrong, "imports that point up or sideways:\n" + "\n".join(wrong)
+
+
+def test_no_import_cycles():
+    """No chain of imports leads from a module back to itself (nmt.x -> nmt.y -> nmt.x)."""
+    edges = graph()
+    state: dict[str, str] = {}  # "open" while on the current path, "done" after
+    cycles = []
+
+    def visit(module: str, path: list[tuple[str, str, int, Path]]) -> None:
+        state[module] = "open"
+        for target, line, where in edges[module]:
+            if target not in edges:
+                continue
+            step = (module, target, line, where)
+            if state.get(target) == "open":
+                start = next(i for i, (m, *_) in enumerate(path) if m == target)
+                cycles.append(
+                    "; ".join(
+                        f"{m} imports {t} ({w.relative_to(ROOT)}:{n})"
+                        for m, t, n, w in [*path[start:], step]
+                    )
+                )
+            elif target not in state:
+                visit(target, [*path, step])
+        state[module] = "done"
+
+    for module in sorted(edges):
+        if module not in state:
+            visit(module, [])
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
