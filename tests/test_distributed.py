@@ -50,7 +50,10 @@ def test_two_ranks_equal_one_process_over_the_union_of_their_batches(tmp_path, d
     Each rank divides its loss by half the update's tokens and DDP averages: the same gradient."""
     steps = ["train.max_steps=4", "train.valid_every=4", "model.dropout=0.0"]
     done = torchrun(tmp_path / "ddp", demo_dir, *steps)
-    assert "x 2 processes" in done.stderr
+    # rank 0 alone prints: one copy of each line, not one per process
+    lines = done.stderr.splitlines()
+    assert sum("nmt-train: " in line and "x 2 processes" in line for line in lines) == 1
+    assert sum(line.startswith("nmt-train: step 4: valid") for line in lines) == 1
     args = ["data=demo", f"data.local_dir={demo_dir}", f"run_dir={tmp_path / 'one'}"]
     assert cli.train([*args, *SMALL, *SMALL_RNN, *COMMON, *steps, "train.accum_steps=2"]) == 0
 

@@ -24,7 +24,6 @@ from collections.abc import Callable
 import nmt
 from nmt.cli.compose import SCHEMAS, compose_config, config_groups
 from nmt.cli.logs import command_logging
-from nmt.cli.sweep import sweep_train
 from nmt.errors import NMTError
 
 EXIT_USAGE = 2
@@ -122,6 +121,7 @@ def _act(
 
 def train(argv: list[str] | None = None, started: float | None = None) -> int:
     """nmt-train; `started` (time.monotonic()) is where train.max_minutes counts from."""
+    from nmt.cli.sweep import sweep_train
     from nmt.training.trainer import train_main
 
     run = functools.partial(train_main, started=started)
@@ -146,30 +146,10 @@ def average(argv: list[str] | None = None) -> int:
     return _run("average", average_main, argv)
 
 
-def main_train() -> None:
-    sys.exit(train(started=nmt.IMPORTED))  # the budget includes Python's and torch's start
-
-
-def main_evaluate() -> None:
-    sys.exit(evaluate())
-
-
-def main_translate() -> None:
-    sys.exit(translate())
-
-
 def plot(argv: list[str] | None = None) -> int:
     from nmt.training.plot import plot_main
 
     return _run("plot", plot_main, argv)
-
-
-def main_average() -> None:
-    sys.exit(average())
-
-
-def main_plot() -> None:
-    sys.exit(plot())
 
 
 def serve(argv: list[str] | None = None) -> int:
@@ -182,6 +162,29 @@ def export(argv: list[str] | None = None) -> int:
     from nmt.export.exporter import export_main
 
     return _run("export", export_main, argv)
+
+
+# --- the console scripts of pyproject.toml ----------------------------------------------------
+
+
+def main_train() -> None:
+    sys.exit(train(started=nmt.IMPORTED))  # the budget includes Python's and torch's start
+
+
+def main_evaluate() -> None:
+    sys.exit(evaluate())
+
+
+def main_translate() -> None:
+    sys.exit(translate())
+
+
+def main_average() -> None:
+    sys.exit(average())
+
+
+def main_plot() -> None:
+    sys.exit(plot())
 
 
 def main_serve() -> None:
