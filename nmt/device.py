@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import platform
+from pathlib import Path
 
 import torch
 
@@ -63,13 +65,23 @@ def autocast(device: torch.device, precision: Precision) -> contextlib.AbstractC
             return torch.autocast(device.type, dtype=torch.float16)
 
 
+def cpu_name() -> str:
+    """The CPU's model name ("AMD EPYC ..."), from /proc/cpuinfo where there is one."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
 def describe(device: torch.device) -> dict:
     """Where a figure was measured: printed with every benchmark result."""
     info = {
         "device": str(device),
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": cpu_name(),
+        "cpu_cores": os.cpu_count(),
     }
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)

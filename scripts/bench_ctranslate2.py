@@ -26,7 +26,6 @@ import argparse
 import importlib.metadata
 import json
 import os
-import platform
 import statistics
 import tempfile
 import time
@@ -39,6 +38,7 @@ from sacrebleu.metrics import BLEU
 from nmt.checkpoint import load_checkpoint
 from nmt.config import DecodeConfig, LengthPenalty, Split, Strategy
 from nmt.data import read_split
+from nmt.device import cpu_name
 from nmt.export.ct2 import CT2Translator
 from nmt.export.exporter import export_checkpoint
 from nmt.models import restore_model
@@ -166,7 +166,7 @@ def main() -> None:
                 "threads": {"torch": threads, "ctranslate2_intra": threads},
                 "ctranslate2": importlib.metadata.version("ctranslate2"),
                 "torch": torch.__version__,
-                "cpu": platform.processor() or platform.machine(),
+                "cpu": cpu_name(),
                 "conversion_s": convert_s,
                 # other processes on the machine: 1-minute load average before and after
                 "load_average": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],

@@ -45,13 +45,14 @@ import argparse
 import contextlib
 import json
 import os
-import platform
 import re
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from nmt.device import cpu_name
 
 ROOT = Path(__file__).resolve().parent.parent
 PEER = ROOT.parent / "shared" / "peers" / "joey_peer.sh"
@@ -267,7 +268,7 @@ def main() -> None:
     # joey_peer.sh installs Joey, links the data and writes vocab.txt into `work` (and times
     # Joey's training with its own config, reported as `joey_peer`)
     result: dict = {
-        "machine": platform.processor() or platform.machine(),
+        "cpu": cpu_name(),
         "threads": os.cpu_count(),
     }
     if not (args.joey_python.exists() and (work / "vocab.txt").exists()):
