@@ -110,7 +110,7 @@ def length_batches(
     a batch holds only sources whose lengths give the same `same(length)` (CTranslate2 takes one
     length limit per call)."""
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    runs = [order] if same is None else [list(run) for _, run in itertools.groupby(
-        order, key=lambda i: same(lengths[i])
-    )]  # fmt: skip
+    runs = [order]
+    if same is not None:  # sorted by length, sources with equal `same` are mostly neighbours
+        runs = [list(run) for _, run in itertools.groupby(order, key=lambda i: same(lengths[i]))]
     return [run[start : start + size] for run in runs for start in range(0, len(run), size)]

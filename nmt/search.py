@@ -28,6 +28,7 @@ from torch import Tensor
 
 from nmt.config import DecodeConfig, Strategy
 from nmt.data import collate
+from nmt.device import autocast
 from nmt.errors import NMTError
 from nmt.inputs import length_batches
 from nmt.lexicon import NO_LEXICON, Lexicon, Shortlist
@@ -360,19 +361,33 @@ def decode_all(
 ) -> list[list[Hypothesis]]:
     """Decode every source (ids ending in EOS) in length-sorted batches; n-best lists (best
     first) in input order. `attention` keeps the attention maps of each hypothesis; `lexicon`
-    gives the shortlists of `cfg.shortlist`."""
+    gives the shortlists of `cfg.shortlist`; the matrix products run in `cfg.precision`."""
     results: list[list[Hypothesis]] = [[] for _ in src_ids]
-    for index in length_batches([len(ids) for ids in src_ids], cfg.batch_size):
-        batch = collate(index, src_ids, None).to(device)
-        match cfg.strategy:
-            case Strategy.greedy:
-                nbest = [
-                    [h] for h in greedy(model, batch.src, batch.src_lens, cfg, attention, lexicon)
-                ]
-            case Strategy.beam:
-                nbest = beam_search(model, batch.src, batch.src_lens, cfg, attention, lexicon)
-            case Strategy.sample:
-                nbest = sample(model, batch.src, batch.src_lens, cfg, attention, lexicon)
-        for i, hyps in zip(index, nbest):
-            results[i] = hyps
+    with autocast(device, cfg.precision):
+        for index in length_batches([len(ids) for ids in src_ids], cfg.batch_size):
+            nbests = _decode_batch(model, src_ids, index, cfg, device, attention, lexicon)
+            for i, hyps in zip(index, nbests):
+                results[i] = hyps
     return results
+
+
+def _decode_batch(
+    model: Seq2Seq,
+    src_ids: list[list[int]],
+    index: list[int],
+    cfg: DecodeConfig,
+    device: torch.device,
+    attention: bool,
+    lexicon: Lexicon | None,
+) -> list[list[Hypothesis]]:
+    """The n-best lists of the sources `index` of `src_ids`, one padded batch."""
+    batch = collate(index, src_ids, None).to(device)
+    src, lens = batch.src, batch.src_lens
+    match cfg.strategy:
+        case Strategy.greedy:
+            return [[h] for h in greedy(model, src, lens, cfg, attention, lexicon)]
+        case Strategy.beam:
+            return beam_search(model, src, lens, cfg, attention, lexicon)
+        case Strategy.sample:
+            return sample(model, src, lens, cfg, attention, lexicon)
+    raise NMTError(f"unknown decode.strategy {cfg.strategy!r}")

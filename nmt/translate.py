@@ -22,7 +22,7 @@ from torch import Tensor
 from nmt.attention_map import select_map
 from nmt.checkpoint import Checkpoint, load_checkpoint
 from nmt.config import DecodeConfig
-from nmt.device import autocast, check_precision, resolve_device
+from nmt.device import check_precision, resolve_device
 from nmt.errors import NMTError
 from nmt.inputs import clean, read_sources
 from nmt.lexicon import NO_LEXICON, Lexicon
@@ -122,10 +122,7 @@ class Translator:
         if decode is not self.decode:
             self.check(decode)
         sources = read_sources(self.vocabs.src, texts, decode.max_src_pieces, first_line)
-        with autocast(self.device, decode.precision):
-            nbests = decode_all(
-                self.model, sources.ids, decode, self.device, attention, self.lexicon
-            )
+        nbests = decode_all(self.model, sources.ids, decode, self.device, attention, self.lexicon)
         flat = [h.tokens for hyps in nbests for h in hyps]
         # byte pieces could decode to a newline: clean() keeps every text on one line
         decoded = iter([clean(t) for t in self.vocabs.tgt.decode(flat)] if flat else [])

@@ -168,3 +168,22 @@ def test_shared_embeddings_without_a_joint_vocabulary_fail_at_composition(capsys
     assert "data.tokenizer.joint=true" in capsys.readouterr().err
     cfg = cli.compose_config("train", [*args, "model.share_embeddings=false"])
     assert not cfg.model.share_embeddings
+
+
+def test_help_lists_the_config_groups_with_their_options(capsys):
+    """`nmt-train --help` names every group and every option in it, the default marked, and
+    where each key is documented; each command lists only the groups it composes."""
+    with pytest.raises(SystemExit) as done:
+        cli.train(["--help"])
+    assert done.value.code == 0
+    shown = " ".join(capsys.readouterr().out.split())  # the option lists wrap
+    for group in ("data", "model", "train", "decode", "experiment"):
+        assert f"{group}:" in shown
+        for option in sorted((CONFIGS / group).glob("*.yaml")):
+            assert option.stem in shown, (group, option.stem)
+    assert "[gru_bahdanau]" in shown and "[greedy]" in shown
+    assert "configs/train.yaml" in shown and "nmt/run_config.py (TrainRunConfig)" in shown
+    with pytest.raises(SystemExit):
+        cli.translate(["--help"])
+    shown = capsys.readouterr().out
+    assert "decode:" in shown and "[beam]" in shown and "model:" not in shown

@@ -50,10 +50,9 @@ def validate(
     nll = nll.item()
     result = {"loss": nll / tokens, "ppl": perplexity(nll / tokens)}
     if cfg.train.valid_bleu:
-        # the search runs as nmt-evaluate runs it (decode.precision), so the BLEU logged here is
-        # the one nmt-evaluate gives the checkpoint
-        with autocast(device, cfg.decode.precision):
-            hyps = decode_all(model, data.src, cfg.decode, device, lexicon=lexicon)
+        # the search runs as nmt-evaluate runs it (in decode.precision), so the BLEU logged here
+        # is the one nmt-evaluate gives the checkpoint
+        hyps = decode_all(model, data.src, cfg.decode, device, lexicon=lexicon)
         result["bleu"] = bleu(vocabs.tgt.decode([h[0].tokens for h in hyps]), references)
     model.train()
     return result
