@@ -153,12 +153,18 @@ class DataConfig:
     local_splits: SplitNames = field(default_factory=lambda: SplitNames(valid="valid"))
     max_len: int = 100  # training pairs longer than this (in pieces, either side) are dropped
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    # where the tokenizer and the tokenized training split are kept between runs (nmt/cache.py);
+    # None = $XDG_CACHE_HOME/nmt or ~/.cache/nmt
+    cache_dir: str | None = None
+    num_proc: int = 0  # processes that tokenize the training split the first time; 0 = one a core
 
     def __post_init__(self) -> None:
         if self.hub_id is None and self.local_dir is None:
             raise NMTError(f"data {self.name!r}: set data.hub_id or data.local_dir")
         if self.max_len < 1:
             raise NMTError(f"data.max_len={self.max_len} must be positive")
+        if self.num_proc < 0:
+            raise NMTError(f"data.num_proc={self.num_proc} must be 0 (one a core) or positive")
 
 
 @dataclass

@@ -1,25 +1,33 @@
-"""Parallel data: read a split (hub or local files), encode it, and cut it into padded batches.
+"""Parallel corpora: read a split from local files or the Hugging Face hub, as lists (the small
+validation and test splits) or as a stream that is never held in memory whole (the training split,
+which `nmt.tokenized` turns into memory-mapped Arrow), and encode pairs into ids.
 
-Batching is by token count with length bucketing: sentences of similar length share a batch, so
-little compute is spent on padding. The order is a pure function of (seed, epoch), which is what
-makes a resumed run see exactly the batches the uninterrupted run would have seen.
+Local files come as text pairs (`train.de` + `train.en`), TSV or JSONL. Every problem with them is
+one NMTError that names the file, and the line where there is one: a missing split, files of
+different line counts, a line that is not UTF-8, a TSV line without two fields, a JSONL line that
+is not a record of both languages.
 """
 
 from __future__ import annotations
 
+import codecs
+import hashlib
+import itertools
 import json
 import os
 import socket
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
-import torch
-
+from nmt.cache import CHUNK, digest
 from nmt.config import DataConfig, DataFormat, Split
 from nmt.errors import NMTError
 from nmt.inputs import clean
-from nmt.tokenizer import BOS, EOS, PAD, Vocabs
+from nmt.tokenizer import EOS, Vocabs
+
+BOM = b"\xef\xbb\xbf"  # a byte-order mark some editors put at the start of a UTF-8 file
 
 
 @dataclass
@@ -33,17 +41,47 @@ class Corpus:
         return len(self.src)
 
 
-def _raw_lines(path: Path) -> list[str]:
-    """Lines of a UTF-8 text file, split on '\\n' only (a stray '\\r' must not add a line)."""
+def read_lines(path: Path) -> list[str]:
+    """The cleaned lines of a text file, one per '\\n' (a stray '\\r' adds none), blank ones kept
+    (alignment matters); bytes that are not UTF-8 are replaced (files to translate or score)."""
     if not path.is_file():
         raise NMTError(f"data file not found: {path}")
     with open(path, encoding="utf-8-sig", errors="replace", newline="\n") as f:
-        return [line.rstrip("\n") for line in f]
+        return [clean(line.rstrip("\n")) for line in f]
 
 
-def read_lines(path: Path) -> list[str]:
-    """The cleaned lines of a text file, one per '\\n', blank ones kept (alignment matters)."""
-    return [clean(line) for line in _raw_lines(path)]
+def _lines(path: Path) -> Iterator[str]:
+    """The lines of a corpus file, strictly UTF-8: a bad byte is an NMTError naming its line."""
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            if number == 1:
+                raw = raw.removeprefix(BOM)
+            try:
+                yield raw.rstrip(b"\n").decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise NMTError(f"{path}: line {number} is not valid UTF-8 ({err.reason})") from None
+
+
+def scan(path: Path) -> tuple[str, int]:
+    """(sha256, line count) of a corpus file in one pass, checking it is UTF-8 on the way."""
+    if not path.is_file():
+        raise NMTError(f"data file not found: {path}")
+    sha, lines, last = hashlib.sha256(), 0, b"\n"
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    with open(path, "rb") as f:
+        while block := f.read(CHUNK):
+            sha.update(block)
+            lines += block.count(b"\n")
+            last = block[-1:]
+            try:
+                decoder.decode(block)
+            except UnicodeDecodeError:
+                list(_lines(path))  # finds the line and raises
+    try:
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        list(_lines(path))
+    return sha.hexdigest(), lines + (last != b"\n")
 
 
 def _detect_format(directory: Path, stem: str, cfg: DataConfig) -> DataFormat:
@@ -60,44 +98,59 @@ def _detect_format(directory: Path, stem: str, cfg: DataConfig) -> DataFormat:
     )
 
 
-def _read_local(cfg: DataConfig, split: Split) -> Corpus:
+def local_files(cfg: DataConfig, split: Split) -> tuple[DataFormat, list[Path]]:
+    """The format and files of a local split (one file, or source and target for text)."""
     directory = Path(cfg.local_dir)
     if not directory.is_dir():
         hint = " (make it with: python -m nmt.demo --out data/demo)" if cfg.name == "demo" else ""
         raise NMTError(f"data.local_dir not found: {directory.resolve()}{hint}")
     stem = getattr(cfg.local_splits, split.value)
-    match _detect_format(directory, stem, cfg):
+    fmt = _detect_format(directory, stem, cfg)
+    if fmt == DataFormat.text:
+        return fmt, [directory / f"{stem}.{cfg.src_lang}", directory / f"{stem}.{cfg.tgt_lang}"]
+    return fmt, [directory / f"{stem}.{fmt.value}"]
+
+
+def raw_pairs(fmt: DataFormat, files: list[Path], cfg: DataConfig) -> Iterator[tuple[str, str]]:
+    """The (source, target) lines of local files as read, not yet cleaned; a stream."""
+    match fmt:
         case DataFormat.text:
-            src = read_lines(directory / f"{stem}.{cfg.src_lang}")
-            tgt = read_lines(directory / f"{stem}.{cfg.tgt_lang}")
-            if len(src) != len(tgt):
-                raise NMTError(
-                    f"{directory}/{stem}: {len(src)} {cfg.src_lang} lines but "
-                    f"{len(tgt)} {cfg.tgt_lang} lines"
-                )
-            return Corpus(src, tgt)
+            src_path, tgt_path = files
+            src, tgt = _lines(src_path), _lines(tgt_path)
+            count = 0
+            for s, t in itertools.zip_longest(src, tgt):
+                if s is None or t is None:  # one side ended: count the rest of the other
+                    n_src = count + (s is not None) + sum(1 for _ in src)
+                    n_tgt = count + (t is not None) + sum(1 for _ in tgt)
+                    raise NMTError(
+                        f"{src_path} has {n_src} lines but {tgt_path} has {n_tgt}: the two "
+                        "sides of a corpus must be line-aligned"
+                    )
+                count += 1  # noqa: SIM113 - also counts after the loop
+                yield s, t
         case DataFormat.tsv:
-            path = directory / f"{stem}.tsv"
-            rows = [line.split("\t") for line in _raw_lines(path) if line.strip()]
-            if bad := [i + 1 for i, row in enumerate(rows) if len(row) != 2]:
-                raise NMTError(
-                    f"{path}: line {bad[0]} does not have exactly 2 tab-separated fields"
-                )
-            return Corpus([clean(r[0]) for r in rows], [clean(r[1]) for r in rows])
+            for number, line in enumerate(_lines(files[0]), 1):
+                if not line.strip():
+                    continue
+                fields = line.split("\t")
+                if len(fields) != 2:
+                    raise NMTError(
+                        f"{files[0]}: line {number} does not have exactly 2 tab-separated fields"
+                    )
+                yield fields[0], fields[1]
         case DataFormat.jsonl:
-            path = directory / f"{stem}.jsonl"
-            pairs = []
-            for i, line in enumerate(x for x in _raw_lines(path) if x.strip()):
+            for number, line in enumerate(_lines(files[0]), 1):
+                if not line.strip():
+                    continue
                 try:
-                    obj = json.loads(line)
-                    pairs.append(_pair_from_record(obj, cfg))
-                except (json.JSONDecodeError, KeyError, TypeError) as err:
-                    raise NMTError(f"{path}: line {i + 1}: {err}") from err
-            return Corpus([clean(s) for s, _ in pairs], [clean(t) for _, t in pairs])
-    raise AssertionError("unreachable")
+                    yield pair_from_record(json.loads(line), cfg)
+                except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as err:
+                    raise NMTError(f"{files[0]}: line {number}: {err!r}") from err
+        case _:
+            raise AssertionError(f"unknown format {fmt}")
 
 
-def _pair_from_record(record: dict, cfg: DataConfig) -> tuple[str, str]:
+def pair_from_record(record: dict, cfg: DataConfig) -> tuple[str, str]:
     """A pair from a flat record ({"de": .., "en": ..}) or a WMT-style {"translation": {...}}."""
     if "translation" in record and cfg.src_lang not in record:
         record = record["translation"]
@@ -122,7 +175,8 @@ def _check_hub_reachable(hub_id: str) -> None:
         ) from err
 
 
-def _read_hub(cfg: DataConfig, split: Split) -> Corpus:
+def load_hub_split(cfg: DataConfig, split: Split):  # noqa: ANN201 - a datasets.Dataset
+    """The split as the hub's Arrow dataset (cached by `datasets`), its fields checked."""
     import datasets  # heavy import; only the hub path needs it
 
     _check_hub_reachable(cfg.hub_id)
@@ -135,18 +189,50 @@ def _read_hub(cfg: DataConfig, split: Split) -> Corpus:
             f"cannot load dataset {cfg.hub_id!r} split {name!r} ({first}); offline? "
             f"use data.local_dir=DIR with plain files instead"
         ) from err
-    try:
-        pairs = [_pair_from_record(row, cfg) for row in ds]
-    except KeyError as err:
+    nested = "translation" in ds.column_names and cfg.src_lang not in ds.column_names
+    if not nested and {cfg.src_lang, cfg.tgt_lang} - set(ds.column_names):
         raise NMTError(
-            f"dataset {cfg.hub_id!r} has no field {err} (columns: {ds.column_names})"
-        ) from err
+            f"dataset {cfg.hub_id!r} has no field {cfg.src_lang!r} or {cfg.tgt_lang!r} "
+            f"(columns: {ds.column_names})"
+        )
+    return ds
+
+
+def _read_hub(cfg: DataConfig, split: Split) -> Corpus:
+    ds = load_hub_split(cfg, split)
+    pairs = [pair_from_record(row, cfg) for row in ds]
     return Corpus([clean(s) for s, _ in pairs], [clean(t) for _, t in pairs])
 
 
 def read_split(cfg: DataConfig, split: Split) -> Corpus:
-    """The cleaned pairs of one split, from local files if `local_dir` is set, else the hub."""
-    return _read_local(cfg, split) if cfg.local_dir else _read_hub(cfg, split)
+    """The cleaned pairs of one split, from local files if `local_dir` is set, else the hub, as
+    lists: for the validation and test splits (the training split is read by `nmt.tokenized`)."""
+    if not cfg.local_dir:
+        return _read_hub(cfg, split)
+    fmt, files = local_files(cfg, split)
+    for path in files:
+        if not path.is_file():
+            raise NMTError(f"data file not found: {path}")
+    pairs = list(raw_pairs(fmt, files, cfg))
+    return Corpus([clean(s) for s, _ in pairs], [clean(t) for _, t in pairs])
+
+
+def split_digest(cfg: DataConfig, split: Split) -> tuple[str, int]:
+    """(digest of what a split is read from, number of pairs), checked before any work: the
+    files' contents (line counts compared, UTF-8 checked) or the hub dataset's cache files."""
+    if cfg.local_dir:
+        fmt, files = local_files(cfg, split)
+        scanned = [scan(path) for path in files]
+        if fmt == DataFormat.text and scanned[0][1] != scanned[1][1]:
+            raise NMTError(
+                f"{files[0]} has {scanned[0][1]} lines but {files[1]} has {scanned[1][1]}: "
+                "the two sides of a corpus must be line-aligned"
+            )
+        parts = [fmt.value, cfg.src_lang, cfg.tgt_lang, [sha for sha, _ in scanned]]
+        return digest(*parts), scanned[0][1]
+    ds = load_hub_split(cfg, split)
+    files = [(Path(f["filename"]).name, os.path.getsize(f["filename"])) for f in ds.cache_files]
+    return digest(cfg.hub_id, cfg.hub_config, str(split), files, ds.column_names), len(ds)
 
 
 @dataclass
@@ -176,106 +262,31 @@ def filter_length(data: Encoded, max_len: int) -> Encoded:
     return Encoded([data.src[i] for i in keep], [data.tgt[i] for i in keep])
 
 
-def token_batches(
-    src_lens: list[int],
-    tgt_lens: list[int],
-    batch_tokens: int,
-    generator: torch.Generator | None = None,
-) -> list[list[int]]:
-    """Group example indices into batches of at most `batch_tokens` padded tokens.
+class SplitText:
+    """One side (0 source, 1 target) of a split as cleaned lines, read afresh from the files or
+    the hub dataset each time it is iterated: a text that can be walked twice (to count, then to
+    sample) without being held in memory."""
 
-    Examples are sorted by target length, then source length (bucketing), so each batch's padding
-    is small. Target first: the decoder is where the time goes (the recurrent decoder steps over
-    every padded position and the output layer is the largest matmul), while the packed recurrent
-    encoder skips source padding. On Multi30k at 2,048 tokens, 99.8% of the target positions are
-    real tokens this way against 91.9% sorted by source first. With a generator,
-    ties are broken at random and the batch order is shuffled; without one, the order is fixed.
-    A batch costs rows * longest side (+1 for BOS/EOS); a single over-long example still gets
-    a batch of its own.
-    """
-    n = len(src_lens)
-    order = torch.randperm(n, generator=generator).tolist() if generator else list(range(n))
-    order.sort(key=lambda i: (tgt_lens[i], src_lens[i]))  # stable: ties keep the random order
-    batches: list[list[int]] = []
-    current: list[int] = []
-    longest = 0
-    for i in order:
-        size = max(src_lens[i], tgt_lens[i] + 1)
-        if current and (len(current) + 1) * max(longest, size) > batch_tokens:
-            batches.append(current)
-            current, longest = [], 0
-        current.append(i)
-        longest = max(longest, size)
-    if current:
-        batches.append(current)
-    if generator is not None:
-        batches = [batches[i] for i in torch.randperm(len(batches), generator=generator)]
-    return batches
+    def __init__(self, cfg: DataConfig, split: Split, side: int) -> None:
+        self.cfg, self.split, self.side = cfg, split, side
 
-
-def epoch_batches(
-    data: Encoded, batch_tokens: int, seed: int, epoch: int, world: int = 1
-) -> list[list[int]]:
-    """The training batches of one epoch: a pure function of (data, seed, epoch). For `world`
-    processes the list is cut to a multiple of `world` (at most world - 1 batches of an epoch are
-    left out, different ones each epoch since the order is shuffled), so that dealing batch i to
-    process i % world gives every process the same number of batches."""
-    generator = torch.Generator().manual_seed(seed * 100_003 + epoch)
-    batches = token_batches(
-        [len(s) for s in data.src], [len(t) for t in data.tgt], batch_tokens, generator
-    )
-    if len(batches) < world:
-        raise NMTError(
-            f"an epoch has {len(batches)} batches for {world} processes: lower "
-            "train.batch_tokens or use fewer processes"
-        )
-    return batches[: len(batches) - len(batches) % world]
-
-
-@dataclass
-class Batch:
-    """A padded batch. Shapes: src (B, S), src_lens (B,) on CPU, tgt_in / tgt_out (B, T).
-
-    `src_lens` stays on the CPU (sequence packing wants it there, and search reads it as Python
-    numbers); `n_tgt_tokens` is counted here, before any copy, so that nobody waits on the device
-    to learn how many tokens a batch has.
-    """
-
-    src: torch.Tensor
-    src_lens: torch.Tensor
-    tgt_in: torch.Tensor | None  # BOS y_1 .. y_n
-    tgt_out: torch.Tensor | None  # y_1 .. y_n EOS
-    index: list[int]  # positions of the rows in the corpus, to restore the original order
-    n_tgt_tokens: int = 0  # target tokens, EOS included (what the loss is normalised by)
-
-    def to(self, device: torch.device) -> Batch:
-        """The batch on `device`; host memory is page-locked first so the copies are async."""
-        cuda = device.type == "cuda"
-
-        def move(t: torch.Tensor | None) -> torch.Tensor | None:
-            if t is None:
-                return None
-            return (t.pin_memory() if cuda else t).to(device, non_blocking=cuda)
-
-        return Batch(
-            move(self.src), self.src_lens, move(self.tgt_in), move(self.tgt_out), self.index,
-            self.n_tgt_tokens,
-        )  # fmt: skip
-
-
-def pad(seqs: list[list[int]]) -> torch.Tensor:
-    out = torch.full((len(seqs), max(len(s) for s in seqs)), PAD, dtype=torch.long)
-    for row, seq in enumerate(seqs):
-        out[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
-    return out
-
-
-def collate(index: list[int], src: list[list[int]], tgt: list[list[int]] | None) -> Batch:
-    rows = [src[i] for i in index]
-    lens = torch.tensor([len(r) for r in rows], dtype=torch.long)
-    if tgt is None:
-        return Batch(pad(rows), lens, None, None, index)
-    targets = [tgt[i] for i in index]
-    tgt_in = pad([[BOS] + t for t in targets])
-    tgt_out = pad([t + [EOS] for t in targets])
-    return Batch(pad(rows), lens, tgt_in, tgt_out, index, sum(len(t) + 1 for t in targets))
+    def __iter__(self) -> Iterator[str]:
+        cfg = self.cfg
+        if cfg.local_dir:
+            fmt, files = local_files(cfg, self.split)
+            if fmt == DataFormat.text:  # this side's file alone (`split_digest` aligned them)
+                yield from (clean(line) for line in _lines(files[self.side]))
+                return
+            for pair in raw_pairs(fmt, files, cfg):
+                yield clean(pair[self.side])
+            return
+        ds = load_hub_split(cfg, self.split)
+        nested = "translation" in ds.column_names and cfg.src_lang not in ds.column_names
+        lang = (cfg.src_lang, cfg.tgt_lang)[self.side]
+        for batch in ds.iter(batch_size=1000):
+            if nested:
+                texts = (pair_from_record(r, cfg)[self.side] for r in batch["translation"])
+            else:
+                texts = batch[lang]
+            for text in texts:
+                yield clean(text or "")

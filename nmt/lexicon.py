@@ -88,7 +88,11 @@ class Lexicon:
 
 def load_lexicon(directory: Path) -> Lexicon | None:
     """The lexicon of a run or checkpoint directory, None when it has none."""
-    path = Path(directory) / LEXICON_FILE
+    return read_lexicon(Path(directory) / LEXICON_FILE)
+
+
+def read_lexicon(path: Path) -> Lexicon | None:
+    """The lexicon in file `path`, None when there is no such file."""
     if not path.is_file():
         return None
     try:

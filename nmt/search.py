@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from nmt.batches import collate
 from nmt.config import DecodeConfig, Strategy
-from nmt.data import collate
 from nmt.device import autocast
 from nmt.errors import NMTError
 from nmt.inputs import length_batches

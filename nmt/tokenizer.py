@@ -6,17 +6,21 @@ The special ids are defined here once; every other module imports them.
 from __future__ import annotations
 
 import hashlib
-import random
-from collections.abc import Iterable
+import logging
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import sentencepiece as spm
 
 from nmt.config import TokenizerConfig
 from nmt.errors import NMTError
 
+log = logging.getLogger(__name__)
+
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
+CHUNK_LINES = 10_000  # lines encoded at a time when a whole text is read as a stream
 
 JOINT_FILE = "spm.model"
 SRC_FILE = "spm.src.model"
@@ -128,22 +132,19 @@ def _read_kept(path: Path, size: int) -> list[int]:
 
 
 def prune_vocabs(
-    vocabs: Vocabs, src_lines: list[str], tgt_lines: list[str], out_dir: Path, shared: bool
+    vocabs: Vocabs, src_lines: Iterable[str], tgt_lines: Iterable[str], out_dir: Path, shared: bool
 ) -> Vocabs:
     """Prune the target side to the pieces its training text uses (the output layer never has to
     score a piece it was never shown). `shared` (one embedding table for both sides) keeps the
     union on the source side, ordered so that the target's pieces come first: the target ids are
     then the first ids of the source's, one id space, and a tied output layer scores only the
-    first len(tgt) rows of the table. Writes KEPT_FILES into `out_dir`."""
+    first len(tgt) rows of the table. Writes KEPT_FILES into `out_dir`. The lines are read as a
+    stream, a chunk at a time."""
     specials = list(range(EOS + 1))  # the specials keep their ids
-    target = set(specials)
-    for line in vocabs.tgt.sp.Encode(tgt_lines, out_type=int):
-        target.update(line)
+    target = set(specials) | _pieces_used(vocabs.tgt.sp, tgt_lines)
     kept = {"tgt": specials + sorted(target - set(specials))}
     if shared:
-        source = set()
-        for line in vocabs.src.sp.Encode(src_lines, out_type=int):
-            source.update(line)
+        source = _pieces_used(vocabs.src.sp, src_lines)
         kept["src"] = kept["tgt"] + sorted(source - target)
     for side, ids in kept.items():
         sp = getattr(vocabs, side).sp
@@ -152,32 +153,78 @@ def prune_vocabs(
     return load_vocabs(out_dir)
 
 
-def train_piece_model(lines: Iterable[str], prefix: Path, cfg: TokenizerConfig) -> Path:
-    """Train one sentencepiece model on `lines`; returns the path of ``prefix``.model."""
+def _pieces_used(sp: spm.SentencePieceProcessor, lines: Iterable[str]) -> set[int]:
+    used: set[int] = set()
+    for chunk in _chunks(lines, CHUNK_LINES):
+        for ids in sp.Encode(chunk, out_type=int):
+            used.update(ids)
+    return used
+
+
+def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
+    chunk: list[str] = []
+    for line in lines:
+        chunk.append(line)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def train_piece_model(sides: list[Iterable[str]], prefix: Path, cfg: TokenizerConfig) -> Path:
+    """Train one sentencepiece model on the lines of `sides` (one or two texts, each iterable
+    twice: once to count, once to read); returns the path of ``prefix``.model."""
     prefix.parent.mkdir(parents=True, exist_ok=True)
     try:
-        _train(lines, prefix, cfg)
+        _train(_sample(sides, cfg.max_sentences), prefix, cfg)
     except RuntimeError as err:  # e.g. a vocabulary smaller than the character set
         reason = str(err).split("]")[-1].strip() or str(err).strip()
         raise NMTError(f"sentencepiece training failed: {reason}") from err
     Path(f"{prefix}.vocab").unlink(missing_ok=True)  # human-readable copy; not needed
-    return Path(f"{prefix}.model")
+    path = Path(f"{prefix}.model")
+    size = spm.SentencePieceProcessor(model_file=str(path)).GetPieceSize()
+    if size < cfg.vocab_size:
+        log.warning(
+            "the training text holds %d pieces, fewer than data.tokenizer.vocab_size=%d: the "
+            "tokenizer has %d (a small corpus; lower vocab_size to silence this)",
+            size, cfg.vocab_size, size,
+        )  # fmt: skip
+    return path
 
 
-def _train(lines: Iterable[str], prefix: Path, cfg: TokenizerConfig) -> None:
-    lines = [line for line in lines if line]
-    if len(lines) > cfg.max_sentences:
-        # sample here with a fixed seed: sentencepiece's own sampling is seeded per process
-        keep = sorted(random.Random(0).sample(range(len(lines)), cfg.max_sentences))
-        lines = [lines[i] for i in keep]
+def _sample(sides: list[Iterable[str]], most: int) -> Iterator[str]:
+    """The non-blank lines of `sides` in order, or, when there are more than `most`, `most` of
+    them drawn reproducibly (a fixed seed; sentencepiece's own sampling is seeded per process).
+    Streamed: the text is never held whole."""
+    total = sum(1 for side in sides for line in side if line)
+    if total == 0:
+        raise NMTError("the training split has no text to train the tokenizer on")
+    chosen = None
+    if total > most:
+        chosen = np.sort(np.random.default_rng(0).choice(total, size=most, replace=False))
+    k = n = 0
+    for side in sides:
+        for line in side:
+            if not line:
+                continue
+            if chosen is None:
+                yield line
+            elif k < most and chosen[k] == n:
+                k += 1
+                yield line
+            n += 1
+
+
+def _train(lines: Iterator[str], prefix: Path, cfg: TokenizerConfig) -> None:
     spm.SentencePieceTrainer.Train(
-        sentence_iterator=iter(lines),
+        sentence_iterator=lines,
         model_prefix=str(prefix),
         model_type=cfg.model_type.value,
         vocab_size=cfg.vocab_size,
         byte_fallback=cfg.byte_fallback,
         character_coverage=cfg.character_coverage,
-        input_sentence_size=0,  # all of `lines`: the sampling above is reproducible
+        input_sentence_size=0,  # all of `lines`: `_sample` has drawn them reproducibly
         hard_vocab_limit=False,  # tiny corpora (tests, the demo) may not fill the vocabulary
         pad_id=PAD,
         unk_id=UNK,
@@ -189,19 +236,20 @@ def _train(lines: Iterable[str], prefix: Path, cfg: TokenizerConfig) -> None:
 
 
 def train_vocabs(
-    src_lines: list[str], tgt_lines: list[str], out_dir: Path, cfg: TokenizerConfig
+    src_lines: Iterable[str], tgt_lines: Iterable[str], out_dir: Path, cfg: TokenizerConfig
 ) -> Vocabs:
-    """Train joint or separate models on the training split and write them into `out_dir`."""
+    """Train joint or separate models on the training split and write them into `out_dir`.
+    The lines may be lists or streams that can be iterated more than once."""
     for name in KEPT_FILES.values():  # a pruned list of an earlier run in this directory
         (out_dir / name).unlink(missing_ok=True)
     if cfg.joint:
         path = train_piece_model(
-            src_lines + tgt_lines, out_dir / JOINT_FILE.removesuffix(".model"), cfg
+            [src_lines, tgt_lines], out_dir / JOINT_FILE.removesuffix(".model"), cfg
         )
         vocab = Vocab(path)
         return Vocabs(vocab, vocab)
-    src = train_piece_model(src_lines, out_dir / SRC_FILE.removesuffix(".model"), cfg)
-    tgt = train_piece_model(tgt_lines, out_dir / TGT_FILE.removesuffix(".model"), cfg)
+    src = train_piece_model([src_lines], out_dir / SRC_FILE.removesuffix(".model"), cfg)
+    tgt = train_piece_model([tgt_lines], out_dir / TGT_FILE.removesuffix(".model"), cfg)
     return Vocabs(Vocab(src), Vocab(tgt))
 
 

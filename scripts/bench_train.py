@@ -21,8 +21,8 @@ import time
 
 import torch
 
+from nmt.batches import epoch_batches
 from nmt.cli import main as cli
-from nmt.data import epoch_batches
 from nmt.device import check_precision, describe, resolve_device
 from nmt.training.setup import prepare_run
 from nmt.training.trainer import Trainer
@@ -40,9 +40,11 @@ def main() -> None:
         check_precision(device, cfg.train.precision)
         data, model, _ = prepare_run(cfg)
         trainer = Trainer(cfg, model, data, device)
-        batches = epoch_batches(data.train, cfg.train.batch_tokens, cfg.seed, 0)
+        batches = epoch_batches(
+            data.train.src_lens, data.train.tgt_lens, cfg.train.batch_tokens, cfg.seed, 0
+        )
         need = (args.windows + 1) * args.steps
-        batches = (batches * (need // len(batches) + 1))[:need]
+        batches = [batches[i % len(batches)] for i in range(need)]
         trainer.model.train()
         rates = []
         for w in range(args.windows + 1):

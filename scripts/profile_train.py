@@ -18,8 +18,8 @@ import tempfile
 
 from torch.profiler import ProfilerActivity, profile
 
+from nmt.batches import epoch_batches
 from nmt.cli import main as cli
-from nmt.data import epoch_batches
 from nmt.device import describe, resolve_device
 from nmt.training.setup import prepare_run
 from nmt.training.trainer import Trainer
@@ -38,9 +38,11 @@ def main() -> None:
         device = resolve_device(cfg.device)
         data, model, _ = prepare_run(cfg)
         trainer = Trainer(cfg, model, data, device)
-        batches = epoch_batches(data.train, cfg.train.batch_tokens, cfg.seed, 0)
+        batches = epoch_batches(
+            data.train.src_lens, data.train.tgt_lens, cfg.train.batch_tokens, cfg.seed, 0
+        )
         need = args.warmup + args.steps
-        batches = (batches * (need // len(batches) + 1))[:need]
+        batches = [batches[i % len(batches)] for i in range(need)]
         trainer.model.train()
         for group in batches[: args.warmup]:
             trainer.update([group])

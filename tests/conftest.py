@@ -1,5 +1,6 @@
 """Shared fixtures: a small demo corpus and tiny trained runs, made once per session."""
 
+import os
 import signal
 from pathlib import Path
 
@@ -9,6 +10,19 @@ from nmt.cli import main as cli
 from nmt.demo import write_demo_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_cache(tmp_path_factory):
+    """Tokenizers and tokenized corpora go to a cache of the test session's own (nmt/cache.py),
+    for the commands the tests run in this process and in subprocesses alike."""
+    saved = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache"))
+    yield Path(os.environ["XDG_CACHE_HOME"]) / "nmt"
+    if saved is None:
+        del os.environ["XDG_CACHE_HOME"]
+    else:
+        os.environ["XDG_CACHE_HOME"] = saved
 
 
 @pytest.fixture(scope="session")
@@ -55,3 +69,28 @@ def default_sigint() -> None:
     background of a non-interactive shell (`make test &`) ignores SIGINT, children inherit the
     ignore, and Python then never installs its KeyboardInterrupt handler."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.fixture
+def hf_sandbox(tmp_path, monkeypatch):
+    """Offline `datasets` with every cache under tmp_path (env and the already-read constants)."""
+    import datasets
+    import huggingface_hub.constants as hub_constants
+
+    home = tmp_path / "hf_home"
+    cache = tmp_path / "hf_datasets"
+    monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # Both libraries read these at import time, so the environment alone is not enough.
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", cache)
+    monkeypatch.setattr(datasets.config, "HF_MODULES_CACHE", home / "modules")
+    monkeypatch.setattr(datasets.config, "DOWNLOADED_DATASETS_PATH", cache / "downloads")
+    monkeypatch.setattr(
+        datasets.config, "EXTRACTED_DATASETS_PATH", cache / "downloads" / "extracted"
+    )
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(hub_constants, "HF_HOME", str(home))
+    monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(home / "hub"))
+    return cache

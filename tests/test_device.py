@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 from simulated_device import DeviceMismatch, simulated_device
 
+from nmt.batches import collate
 from nmt.config import DecodeConfig, RNNConfig, Strategy, TransformerConfig
-from nmt.data import collate
 from nmt.models import build_model
 from nmt.search import decode_all
 from nmt.tokenizer import EOS, PAD

@@ -12,9 +12,10 @@ import pytest
 import torch
 from test_train import SMALL, SMALL_RNN, losses
 
+from nmt.batches import epoch_batches
 from nmt.checkpoint import load_checkpoint
 from nmt.cli import main as cli
-from nmt.data import Encoded, epoch_batches
+from nmt.data import Encoded
 from nmt.errors import NMTError
 
 NMT_TRAIN = Path(sys.executable).parent / "nmt-train"
@@ -26,6 +27,10 @@ COMMON = [
     "train.warmup_steps=2",
     "device=cpu",
 ]
+
+
+def lengths(data: Encoded) -> tuple[list[int], list[int]]:
+    return [len(s) for s in data.src], [len(t) for t in data.tgt]
 
 
 def torchrun(run_dir: Path, demo_dir: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -89,11 +94,11 @@ def test_batches_are_dealt_evenly_and_cover_the_epoch(world):
     """Dealing batch i to rank i % world gives every rank as many batches; together they are the
     epoch but for fewer than `world` batches; the deal is a pure function of seed and epoch."""
     g = torch.Generator().manual_seed(0)
-    lengths = torch.randint(1, 30, (500,), generator=g).tolist()
-    data = Encoded([[5] * n for n in lengths], [[6] * n for n in lengths])
-    full = epoch_batches(data, 200, seed=3, epoch=1)
-    cut = epoch_batches(data, 200, seed=3, epoch=1, world=world)
-    assert cut == epoch_batches(data, 200, seed=3, epoch=1, world=world)
+    sizes = torch.randint(1, 30, (500,), generator=g).tolist()
+    data = Encoded([[5] * n for n in sizes], [[6] * n for n in sizes])
+    full = epoch_batches(*lengths(data), 200, seed=3, epoch=1)
+    cut = epoch_batches(*lengths(data), 200, seed=3, epoch=1, world=world)
+    assert cut == epoch_batches(*lengths(data), 200, seed=3, epoch=1, world=world)
     assert cut == full[: len(cut)] and len(full) - len(cut) < world
     shares = [cut[rank::world] for rank in range(world)]
     assert len({len(share) for share in shares}) == 1
@@ -102,7 +107,7 @@ def test_batches_are_dealt_evenly_and_cover_the_epoch(world):
 def test_more_ranks_than_batches_is_a_clear_error():
     data = Encoded([[5, 2]] * 3, [[6]] * 3)
     with pytest.raises(NMTError, match="batches for 8 processes"):
-        epoch_batches(data, 100, seed=0, epoch=0, world=8)
+        epoch_batches(*lengths(data), 100, seed=0, epoch=0, world=8)
 
 
 def test_sigterm_to_one_rank_stops_every_rank_after_the_same_update(tmp_path, demo_dir):

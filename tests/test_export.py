@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from nmt.batches import collate
 from nmt.checkpoint import load_checkpoint, save_checkpoint
 from nmt.cli import main as cli
 from nmt.config import DecodeConfig, LengthPenalty, RNNConfig, Strategy, TransformerConfig
-from nmt.data import collate, read_lines
+from nmt.data import read_lines
 from nmt.errors import NMTError
 from nmt.export.exporter import export_checkpoint
 from nmt.export.graphs import export_graphs

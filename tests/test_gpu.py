@@ -16,10 +16,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from nmt.batches import collate
 from nmt.checkpoint import load_checkpoint
 from nmt.cli import main as cli
 from nmt.config import DecodeConfig, RNNConfig, Split, Strategy, TransformerConfig
-from nmt.data import collate, encode, read_split
+from nmt.data import encode, read_split
 from nmt.models import build_model
 from nmt.models.transformer import MultiHeadAttention
 from nmt.search import decode_all

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
+from nmt.batches import collate
 from nmt.config import AttentionType, DecodeConfig, RNNConfig
-from nmt.data import collate
 from nmt.models import build_model
 from nmt.search import greedy
 from nmt.tokenizer import BOS, EOS

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 import pytest
 import torch
 
+from nmt.batches import collate
 from nmt.config import (
     DecodeConfig,
     LengthPenalty,
@@ -15,7 +16,6 @@ from nmt.config import (
     Strategy,
     TransformerConfig,
 )
-from nmt.data import collate
 from nmt.errors import NMTError
 from nmt.models import build_model
 from nmt.models.seq2seq import EncoderOutput

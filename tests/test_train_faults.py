@@ -18,9 +18,9 @@ import torch
 from test_train import SMALL, SMALL_RNN, losses
 
 from nmt import checkpoint as checkpoint_module
+from nmt.batches import epoch_batches
 from nmt.checkpoint import load_checkpoint
 from nmt.cli import main as cli
-from nmt.data import epoch_batches
 from nmt.errors import NMTError
 from nmt.training import trainer as train_module
 from nmt.training.setup import prepare_run
@@ -198,7 +198,9 @@ def trainer(tmp_path, demo_dir) -> Trainer:
 
 
 def groups(trainer: Trainer) -> list[list[list[int]]]:
-    batches = epoch_batches(trainer.data.train, 600, trainer.cfg.seed, 0, 1)
+    batches = epoch_batches(
+        trainer.data.train.src_lens, trainer.data.train.tgt_lens, 600, trainer.cfg.seed, 0, 1
+    )
     return [[b] for b in batches]
 
 

@@ -6,9 +6,9 @@ import json
 import pytest
 import torch
 
+from nmt.batches import collate
 from nmt.cli import main as cli
 from nmt.config import TransformerConfig
-from nmt.data import collate
 from nmt.errors import NMTError
 from nmt.models import build_model
 from nmt.models.transformer import MultiHeadAttention, sinusoids

@@ -6,12 +6,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from nmt.cache import cache_root
 from nmt.checkpoint import load_checkpoint
 from nmt.config import Split
-from nmt.data import encode, filter_length, read_split
+from nmt.data import split_digest
 from nmt.errors import NMTError
 from nmt.lexicon import LEXICON_FILE
-from nmt.training.lexicon import learn_lexicon
+from nmt.tokenized import TokenizedCorpus, tokenize
+from nmt.training.lexicon import corpus_lexicon
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -24,12 +26,13 @@ def main(argv: list[str] | None = None) -> None:
     try:
         ckpt = load_checkpoint(args.ckpt)
         data = ckpt.config.data
-        pairs = filter_length(encode(read_split(data, Split.train), ckpt.vocabs), data.max_len)
-        lexicon = learn_lexicon(pairs, len(ckpt.vocabs.src), len(ckpt.vocabs.tgt))
-        lexicon.save(ckpt.path / LEXICON_FILE)
+        source, pairs = split_digest(data, Split.train)
+        entry = tokenize(data, ckpt.vocabs, cache_root(data.cache_dir), source, pairs)
+        corpus = TokenizedCorpus(entry, data.max_len)
+        corpus_lexicon(corpus, ckpt.vocabs, data.max_len).save(ckpt.path / LEXICON_FILE)
     except NMTError as err:
         sys.exit(f"nmt: error: {err}")
-    print(f"wrote {ckpt.path / LEXICON_FILE} ({len(pairs)} training pairs)")
+    print(f"wrote {ckpt.path / LEXICON_FILE} ({len(corpus)} training pairs)")
 
 
 if __name__ == "__main__":

@@ -1,54 +1,131 @@
 """Learning the lexical table of `nmt.lexicon.Lexicon`: IBM Model 1 (Brown et al. 1993) by EM over
 the training pairs, once per run before the first update; the table travels with every checkpoint
 as lexicon.pt and gives `decode.shortlist` its shortlists.
+
+Memory stays bounded whatever the corpus: the table is learned on at most SAMPLE_PAIRS pairs (a
+reproducible sample; all of Multi30k), and each EM iteration walks them in chunks of at most
+CHUNK_PAIRS (source token, target token) pairs. Only the distinct (source id, target id) pairs
+and their probabilities are kept across chunks.
 """
 
 from __future__ import annotations
 
-import torch
+import os
 
+import numpy as np
+import torch
+from torch import Tensor
+
+from nmt.cache import digest
 from nmt.config import SHORTLIST_MAX
 from nmt.data import Encoded
-from nmt.lexicon import Lexicon
-from nmt.tokenizer import EOS
+from nmt.lexicon import Lexicon, read_lexicon
+from nmt.tokenized import TokenizedCorpus
+from nmt.tokenizer import EOS, Vocabs
 
+LEXICON_VERSION = 1  # bump when how the table is learned changes: cached ones are then not read
 ITERATIONS = 5  # EM iterations of Model 1; the ranking of the top translations settles by then
+SAMPLE_PAIRS = 200_000  # sentence pairs the table is learned on, at most
+CHUNK_PAIRS = 8_000_000  # token pairs of one E-step chunk (Multi30k's 29,000 pairs: one chunk)
+
+
+def corpus_lexicon(corpus: TokenizedCorpus, vocabs: Vocabs, max_len: int) -> Lexicon:
+    """The lexicon of a tokenized training split's pairs within `max_len`, learned once and kept
+    beside the split in the cache."""
+    path = corpus.path / f"lexicon-{digest(max_len, SAMPLE_PAIRS, LEXICON_VERSION)}.pt"
+    lexicon = read_lexicon(path)
+    if lexicon is None:
+        rows = sample_rows(len(corpus))
+        lexicon = learn_from_arrays(*corpus.flat(rows), len(vocabs.src), len(vocabs.tgt))
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        lexicon.save(tmp)
+        os.replace(tmp, path)  # a reader sees the whole file or none
+    return lexicon
 
 
 def learn_lexicon(data: Encoded, src_vocab: int, tgt_vocab: int) -> Lexicon:
-    """IBM Model 1 by EM over the training pairs (sources end with EOS, which plays NULL: the
-    source word that target words without a counterpart align to).
+    """IBM Model 1 over the pairs of `data` (id lists; see `learn_from_arrays`)."""
+    return learn_from_arrays(
+        np.fromiter((i for s in data.src for i in s), dtype=np.int64),
+        np.array([len(s) for s in data.src], dtype=np.int64),
+        np.fromiter((i for t in data.tgt for i in t), dtype=np.int64),
+        np.array([len(t) for t in data.tgt], dtype=np.int64),
+        src_vocab,
+        tgt_vocab,
+    )
 
-    Vectorised over every (source token, target token) pair of every sentence: P pairs, T target
-    tokens, U distinct (source id, target id) pairs. Multi30k: P = 5M, 3 s on 2 cores.
-    """
-    src_lens = torch.tensor([len(s) for s in data.src])  # EOS included: NULL is a position
-    tgt_lens = torch.tensor([len(t) for t in data.tgt])
-    src_flat = torch.tensor([i for s in data.src for i in s])
-    tgt_flat = torch.tensor([i for t in data.tgt for i in t])
+
+def sample_rows(pairs: int, most: int = SAMPLE_PAIRS) -> np.ndarray:
+    """The examples the table is learned on: all, or `most` of them drawn with a fixed seed."""
+    if pairs <= most:
+        return np.arange(pairs)
+    return np.sort(np.random.default_rng(0).choice(pairs, size=most, replace=False))
+
+
+def learn_from_arrays(
+    src: np.ndarray,
+    src_lens: np.ndarray,
+    tgt: np.ndarray,
+    tgt_lens: np.ndarray,
+    src_vocab: int,
+    tgt_vocab: int,
+) -> Lexicon:
+    """IBM Model 1 by EM over sentence pairs given as flat id arrays and their lengths (sources
+    end with EOS, which plays NULL: the source word that target words without a counterpart align
+    to). Vectorised within a chunk over every (source token, target token) pair of its sentences:
+    P pairs, T target tokens; U distinct (source id, target id) pairs over the whole corpus."""
+    src, tgt = torch.from_numpy(src), torch.from_numpy(tgt)
+    src_lens, tgt_lens = torch.from_numpy(src_lens), torch.from_numpy(tgt_lens)
     src_start = torch.cumsum(src_lens, 0) - src_lens
-    tgt_sentence = torch.repeat_interleave(torch.arange(len(data)), tgt_lens)  # (T,)
-    # each target token pairs with every source position of its sentence
-    per_token = src_lens[tgt_sentence]  # (T,)
-    token = torch.repeat_interleave(torch.arange(tgt_flat.numel()), per_token)  # (P,)
-    first = torch.cumsum(per_token, 0) - per_token
-    offset = torch.arange(token.numel()) - first[token]
-    pair_src = src_flat[src_start[tgt_sentence[token]] + offset]
-    keys = pair_src * tgt_vocab + tgt_flat[token]
-    del pair_src, offset, first
-    distinct, which = torch.unique(keys, return_inverse=True)  # (U,), (P,)
-    del keys
-    d_src, d_tgt = distinct // tgt_vocab, distinct % tgt_vocab
+    tgt_start = torch.cumsum(tgt_lens, 0) - tgt_lens
+    chunks = _chunks(src_lens * tgt_lens, CHUNK_PAIRS)
 
+    def pairs(first: int, last: int) -> tuple[Tensor, Tensor, Tensor]:
+        """Sentences first..last-1: (key of each pair (P,), its target token (P,), T)."""
+        lens_t = tgt_lens[first:last]
+        t_lo, t_hi = int(tgt_start[first]), int(tgt_start[last - 1] + lens_t[-1])
+        sentence = torch.repeat_interleave(torch.arange(first, last), lens_t)  # (T,)
+        per_token = src_lens[sentence]  # each target token pairs with its sentence's source
+        token = torch.repeat_interleave(torch.arange(t_hi - t_lo), per_token)  # (P,)
+        first_pair = torch.cumsum(per_token, 0) - per_token
+        offset = torch.arange(token.numel()) - first_pair[token]
+        pair_src = src[src_start[sentence[token]] + offset]
+        return pair_src * tgt_vocab + tgt[t_lo:t_hi][token], token, t_hi - t_lo
+
+    distinct = torch.unique(torch.cat([torch.unique(pairs(a, b)[0]) for a, b in chunks]))  # (U,)
+    d_src, d_tgt = distinct // tgt_vocab, distinct % tgt_vocab
     prob = torch.ones(distinct.numel())  # t(target | source); uniform to start
     for _ in range(ITERATIONS):
-        weight = prob[which]  # (P,)
-        norm = torch.zeros(tgt_flat.numel()).index_add_(0, token, weight)  # (T,)
-        counts = torch.zeros(distinct.numel()).index_add_(0, which, weight / norm[token])
+        counts = torch.zeros(distinct.numel())
+        for a, b in chunks:
+            keys, token, n_tokens = pairs(a, b)
+            which = torch.searchsorted(distinct, keys)
+            weight = prob[which]  # (P,)
+            norm = torch.zeros(n_tokens).index_add_(0, token, weight)  # (T,)
+            counts.index_add_(0, which, weight / norm[token])
         totals = torch.zeros(src_vocab).index_add_(0, d_src, counts)
         prob = counts / totals[d_src]
+    return _ranked(prob, d_src, d_tgt, tgt, src_vocab, tgt_vocab)
 
-    # per source id, its targets by probability: sort by probability, then (stably) by source
+
+def _chunks(pairs_per_sentence: Tensor, most: int) -> list[tuple[int, int]]:
+    """Consecutive sentence ranges [a, b) of at most `most` token pairs (at least one sentence)."""
+    ends = torch.cumsum(pairs_per_sentence, 0).tolist()
+    chunks, first, base = [], 0, 0
+    for i, end in enumerate(ends):
+        if end - base > most and i > first:
+            chunks.append((first, i))
+            first, base = i, ends[i - 1]
+    if ends:
+        chunks.append((first, len(ends)))
+    return chunks
+
+
+def _ranked(
+    prob: Tensor, d_src: Tensor, d_tgt: Tensor, tgt: Tensor, src_vocab: int, tgt_vocab: int
+) -> Lexicon:
+    """Per source id, its targets by probability: sort by probability, then (stably) by source;
+    and the target ids by frequency."""
     order = torch.sort(prob, descending=True, stable=True).indices
     order = order[torch.sort(d_src[order], stable=True).indices]
     srcs, tgts = d_src[order], d_tgt[order]
@@ -58,6 +135,6 @@ def learn_lexicon(data: Encoded, src_vocab: int, tgt_vocab: int) -> Lexicon:
     translations = torch.full((src_vocab, SHORTLIST_MAX), -1, dtype=torch.long)
     translations[srcs[top], rank[top]] = tgts[top]
     translations[EOS] = -1  # NULL's "translations" are the words nothing aligns to
-    frequency = torch.bincount(tgt_flat, minlength=tgt_vocab)
+    frequency = torch.bincount(tgt, minlength=tgt_vocab)
     frequent = torch.sort(frequency, descending=True, stable=True).indices
     return Lexicon(translations, frequent)

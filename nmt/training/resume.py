@@ -42,8 +42,11 @@ def _check_same_model(cfg: TrainRunConfig, stored: TrainRunConfig, why: str) -> 
 def _schedule_keys(cfg: TrainRunConfig) -> dict:
     """What the saved data position (epoch, batch index) and random streams mean: with another
     corpus, tokenizer, batching or seed the same position names other batches."""
+    data = flatten(cfg.data, "data")
+    for key in ("data.cache_dir", "data.num_proc"):  # where and how fast, not what: free to change
+        data.pop(key)
     return {
-        **flatten(cfg.data, "data"),
+        **data,
         "train.batch_tokens": cfg.train.batch_tokens,
         "train.accum_steps": cfg.train.accum_steps,
         "seed": cfg.seed,

@@ -8,25 +8,41 @@ build a run exactly as `nmt-train` does and then drive `Trainer` themselves.
 
 from __future__ import annotations
 
+import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from nmt.cache import building, cache_root, copy_files, digest
 from nmt.checkpoint import Checkpoint, load_resume_point
 from nmt.config import Split, TransformerConfig
-from nmt.data import Encoded, encode, filter_length, read_split
+from nmt.data import Encoded, SplitText, encode, read_split, split_digest
 from nmt.errors import NMTError
 from nmt.lexicon import LEXICON_FILE, Lexicon, load_lexicon
 from nmt.models import build_model
 from nmt.models.seq2seq import Seq2Seq
-from nmt.run_config import TrainRunConfig
-from nmt.tokenizer import Vocabs, load_vocabs, prune_vocabs, train_vocabs
+from nmt.run_config import TrainRunConfig, flatten
+from nmt.tokenized import TokenizedCorpus, tokenize
+from nmt.tokenizer import (
+    JOINT_FILE,
+    KEPT_FILES,
+    SRC_FILE,
+    TGT_FILE,
+    Vocabs,
+    load_vocabs,
+    prune_vocabs,
+    train_vocabs,
+)
 from nmt.training.distributed import SINGLE, Dist, barrier
-from nmt.training.lexicon import learn_lexicon
+from nmt.training.lexicon import corpus_lexicon
 from nmt.training.resume import check_resume, load_init
 from nmt.training.run_log import remove_logs
+
+log = logging.getLogger(__name__)
+
+TOKENIZER_VERSION = 1  # bump when how a tokenizer is trained or pruned changes
 
 
 @dataclass
@@ -34,7 +50,7 @@ class RunData:
     """What a run trains and validates on: the tokenizer and the encoded corpora."""
 
     vocabs: Vocabs
-    train: Encoded
+    train: TokenizedCorpus  # memory-mapped; lengths in memory, rows read per batch
     valid: Encoded
     valid_references: list[str]  # raw target side of the validation split, for BLEU
     lexicon: Lexicon  # saved with every checkpoint, for decode.shortlist (nmt/lexicon.py)
@@ -45,6 +61,9 @@ def prepare_run(
 ) -> tuple[RunData, Seq2Seq, Checkpoint | None]:
     """The run's data, its model, and the checkpoint to resume from (or None).
 
+    What is wrong with the data (a missing split, files of different lengths, a line that is not
+    UTF-8) fails before any work. The tokenizer and the tokenized training split come from the
+    cache when this corpus was prepared before (rank 0 builds them otherwise; the others wait).
     Every rank builds the same model from `cfg.seed`; DistributedDataParallel then makes sure of it
     by broadcasting rank 0's weights.
     """
@@ -53,9 +72,11 @@ def prepare_run(
         _reset_run_dir(cfg, root)
     barrier(where)
     torch.manual_seed(cfg.seed)
-    run_dir = Path(cfg.run_dir)
-    train_corpus = read_split(cfg.data, Split.train)
-    valid_corpus = read_split(cfg.data, Split.valid)
+    run_dir, cache = Path(cfg.run_dir), cache_root(cfg.data.cache_dir)
+    valid_corpus = read_split(cfg.data, Split.valid)  # small, and checked before the big one
+    source, pairs = split_digest(cfg.data, Split.train)
+    if pairs == 0:
+        raise NMTError("the training split is empty")
     resume = load_resume_point(root) if cfg.train.resume else None
     init = load_init(cfg) if cfg.train.init_from else None
     if resume is not None:
@@ -65,19 +86,19 @@ def prepare_run(
         vocabs = init.vocabs
     else:
         if where.main:
-            tok = cfg.data.tokenizer
-            vocabs = train_vocabs(train_corpus.src, train_corpus.tgt, run_dir, tok)
-            if tok.prune_unseen:
-                shared = isinstance(cfg.model, TransformerConfig) and cfg.model.share_embeddings
-                prune_vocabs(vocabs, train_corpus.src, train_corpus.tgt, run_dir, shared)
+            _tokenizer(cfg, run_dir, cache, source)
         barrier(where)  # the others read what rank 0 wrote
         vocabs = load_vocabs(run_dir)
-    train_data = filter_length(encode(train_corpus, vocabs), cfg.data.max_len)
+    if where.main:
+        tokenize(cfg.data, vocabs, cache, source, pairs)
+    barrier(where)
+    entry = tokenize(cfg.data, vocabs, cache, source, pairs)  # built: every rank finds it
+    train_data = TokenizedCorpus(entry, cfg.data.max_len)
     if len(train_data) == 0:
         raise NMTError("no training pairs left after length filtering (data.max_len)")
-    # a resumed run keeps its lexicon; a new one (or a run from before lexicons) learns it
+    # a resumed run keeps its lexicon; a new one (or a run from before lexicons) gets one
     if where.main and (resume is None or not (run_dir / LEXICON_FILE).is_file()):
-        learn_lexicon(train_data, len(vocabs.src), len(vocabs.tgt)).save(run_dir / LEXICON_FILE)
+        corpus_lexicon(train_data, vocabs, cfg.data.max_len).save(run_dir / LEXICON_FILE)
     barrier(where)
     lexicon = load_lexicon(run_dir)
     if lexicon is None:
@@ -87,6 +108,26 @@ def prepare_run(
     if init is not None:
         model.load_state_dict(init.payload["model"])
     return data, model, resume
+
+
+def _tokenizer(cfg: TrainRunConfig, run_dir: Path, cache: Path, source: str) -> None:
+    """The tokenizer of this training split and tokenizer config into `run_dir`: from the cache,
+    or trained (on a reproducible sample of at most data.tokenizer.max_sentences lines) into the
+    cache first."""
+    tok = cfg.data.tokenizer
+    shared = isinstance(cfg.model, TransformerConfig) and cfg.model.share_embeddings
+    key = digest(source, flatten(tok), shared and tok.prune_unseen, TOKENIZER_VERSION)
+    entry = cache / "tokenizers" / key
+    if not entry.is_dir():
+        log.info("training the tokenizer into %s, once for this corpus and setting", entry)
+        src, tgt = SplitText(cfg.data, Split.train, 0), SplitText(cfg.data, Split.train, 1)
+        with building(entry) as tmp:
+            vocabs = train_vocabs(src, tgt, tmp, tok)
+            if tok.prune_unseen:
+                prune_vocabs(vocabs, src, tgt, tmp, shared)
+    for name in (JOINT_FILE, SRC_FILE, TGT_FILE, *KEPT_FILES.values()):
+        (run_dir / name).unlink(missing_ok=True)  # an earlier run's, in this directory
+    copy_files(entry, run_dir)
 
 
 def _check_run_dir(cfg: TrainRunConfig) -> Path:

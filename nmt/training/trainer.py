@@ -22,9 +22,9 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from nmt.batches import epoch_batches
 from nmt.checkpoint import Checkpoint, point, prune, save_checkpoint
 from nmt.config import Metric, Optimizer, Precision
-from nmt.data import collate, epoch_batches
 from nmt.device import autocast, check_precision, resolve_device
 from nmt.errors import NMTError
 from nmt.models.seq2seq import Seq2Seq
@@ -157,7 +157,7 @@ class Trainer:
         mine = group[self.where.rank :: world]
         # tokens of the whole update, counted from the index lists on the host: no device sync
         # and no communication, since every rank knows every rank's batches
-        tokens = sum(len(train.tgt[i]) + 1 for batch in group for i in batch)
+        tokens = train.target_tokens(group)
         self.schedule.set_step(self.progress.step + 1, self._spent())
         self.optimizer.zero_grad(set_to_none=True)
         self.progress.step += 1  # a skipped update still consumes its batches: resume stays exact
@@ -198,7 +198,7 @@ class Trainer:
     def _backward(self, mine: list[list[int]], tokens: int) -> torch.Tensor:
         """Forward and backward over this rank's batches of the update; summed (loss, nll)."""
         cfg, world, train = self.cfg.train, self.where.world, self.data.train
-        parts = [collate(index, train.src, train.tgt).to(self.device) for index in mine]
+        parts = [train.batch(index).to(self.device) for index in mine]
         sums = torch.zeros(2, device=self.device)  # loss, nll
         for n, batch in enumerate(parts):
             last = n == len(parts) - 1
@@ -223,7 +223,7 @@ class Trainer:
         self.bad.out_of_memory(
             self.progress.step,
             sentences=sum(len(batch) for batch in mine),
-            tokens=sum(len(train.tgt[i]) + 1 for batch in mine for i in batch),
+            tokens=train.target_tokens(mine),
             batch_tokens=self.cfg.train.batch_tokens,
             rank=self.where.rank if self.where.active else None,
         )
@@ -320,9 +320,11 @@ class Trainer:
             while progress.step < cfg.max_steps:
                 if cfg.max_epochs and progress.epoch >= cfg.max_epochs:
                     break
+                train = self.data.train
                 batches = epoch_batches(
-                    self.data.train, cfg.batch_tokens, self.cfg.seed, progress.epoch, where.world
-                )
+                    train.src_lens, train.tgt_lens, cfg.batch_tokens, self.cfg.seed,
+                    progress.epoch, where.world,
+                )  # fmt: skip
                 while progress.position < len(batches) and progress.step < cfg.max_steps:
                     group = batches[progress.position : progress.position + per_update]
                     progress.position += len(group)
@@ -424,10 +426,14 @@ def train_main(cfg: TrainRunConfig, started: float | None = None) -> Path:
     check_precision(device, cfg.decode.precision, "decode.precision")
     init_process_group(where, device)
     try:
-        data, model, resume = prepare_run(cfg, where)
-        trainer = Trainer(cfg, model, data, device, where, started)
-        if resume is not None:
-            trainer.restore(resume)
-        return trainer.run()
+        return _train(cfg, device, where, started)
     finally:
         shutdown()
+
+
+def _train(cfg: TrainRunConfig, device: torch.device, where: Dist, started: float) -> Path:
+    data, model, resume = prepare_run(cfg, where)
+    trainer = Trainer(cfg, model, data, device, where, started)
+    if resume is not None:
+        trainer.restore(resume)
+    return trainer.run()

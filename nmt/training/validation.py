@@ -12,9 +12,10 @@ from pathlib import Path
 import torch
 
 from nmt.attention_map import save_heatmap, select_map
+from nmt.batches import collate, token_batches
 from nmt.checkpoint import step_name
 from nmt.config import DecodeConfig
-from nmt.data import Encoded, collate, token_batches
+from nmt.data import Encoded
 from nmt.device import autocast
 from nmt.lexicon import Lexicon
 from nmt.metrics import bleu, perplexity

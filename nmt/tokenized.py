@@ -1,0 +1,196 @@
+"""The training split tokenized once into memory-mapped Arrow, so that the corpus's size costs disk,
+not memory.
+
+The first run on a corpus streams it into an Arrow table (Hugging Face `datasets`), tokenizes it
+in `data.num_proc` processes (`Dataset.map`) into columns of token ids (uint16 where the
+vocabulary fits, else int32) and their lengths, and saves it (`save_to_disk`) in the cache
+(`nmt.cache`), under a digest of the corpus files, the tokenizer files and ENCODING_VERSION: a
+changed corpus, tokenizer or encoding code is never read from a stale entry, and a run killed
+while tokenizing leaves only a temporary directory that nothing reads. Every run then opens the
+entry with `load_from_disk` (memory-mapped, shared between processes by the page cache): the two
+length columns select the pairs within `data.max_len` and plan the batches (`nmt.batches`), and a
+batch's rows are read only when it is trained on.
+
+Hub datasets take the same path: `datasets` already holds them as Arrow, and `map` reads them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from nmt.batches import Batch, pad_flat
+from nmt.cache import building, digest, file_digest
+from nmt.config import DataConfig, Split
+from nmt.data import load_hub_split, local_files, pair_from_record, raw_pairs
+from nmt.errors import NMTError
+from nmt.inputs import clean
+from nmt.tokenizer import BOS, EOS, Vocabs, load_vocabs
+
+log = logging.getLogger(__name__)
+
+# pyarrow's default allocator, jemalloc, runs a background thread that aborted about one torchrun
+# process in ten at exit ("terminate called without an active exception"); the system allocator
+# runs none. Read by pyarrow when it is first imported, which nmt does after this module's import.
+os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+
+ENCODING_VERSION = 1  # bump when what `_encode` writes changes: old entries are then not read
+DATA = "data"  # the save_to_disk directory inside an entry
+MIN_PAIRS_PER_PROCESS = 50_000  # fewer pairs than this per process tokenize faster in one
+QUIET_BELOW = 100_000  # pairs under which tokenizing shows no progress bars
+
+
+class TokenizedCorpus:
+    """The training pairs as token ids on disk; in memory only the lengths of the pairs kept
+    (both sides non-empty and within `max_len` pieces) and their row numbers.
+
+    Sources end with EOS, targets carry neither BOS nor EOS, as in `nmt.data.Encoded`; example i
+    is the i-th pair kept."""
+
+    def __init__(self, path: Path, max_len: int) -> None:
+        import datasets
+
+        self.path = path
+        table = datasets.load_from_disk(str(path / DATA))
+        # the two length columns, copied out of the map (4 bytes a pair each)
+        src_len = table.data.column("src_len").to_numpy()
+        tgt_len = table.data.column("tgt_len").to_numpy()
+        keep = (src_len > 1) & (src_len <= max_len + 1) & (tgt_len > 0) & (tgt_len <= max_len)
+        self.rows = np.flatnonzero(keep)
+        self.src_lens, self.tgt_lens = src_len[self.rows], tgt_len[self.rows]
+        self.table = table.with_format("arrow")  # rows come back as pyarrow Tables
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def target_tokens(self, batches: list[list[int]]) -> int:
+        """Target tokens of these batches, EOS included: what the loss is normalised by."""
+        index = np.concatenate([np.asarray(b, dtype=np.int64) for b in batches])
+        return int(self.tgt_lens[index].sum()) + len(index)
+
+    def batch(self, index: list[int]) -> Batch:
+        """The padded batch of examples `index`, read from disk now."""
+        src, src_lens = self._column(index, "src")
+        tgt, tgt_lens = self._column(index, "tgt")
+        tgt_in, tgt_out = pad_flat(tgt, tgt_lens, before=BOS), pad_flat(tgt, tgt_lens, after=EOS)
+        tokens = int(tgt_lens.sum()) + len(index)
+        lens = torch.from_numpy(src_lens)
+        return Batch(pad_flat(src, src_lens), lens, tgt_in, tgt_out, list(index), tokens)
+
+    def flat(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(source ids, source lengths, target ids, target lengths) of examples `index`, each
+        side one flat array: what the lexicon is learned from."""
+        return (*self._column(index, "src"), *self._column(index, "tgt"))
+
+    def _column(self, index, side: str) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001
+        rows = self.table[self.rows[np.asarray(index, dtype=np.int64)].tolist()]
+        lists = rows.column(side).combine_chunks()
+        values = lists.flatten().to_numpy().astype(np.int64)  # a writable copy, as torch wants
+        return values, lists.value_lengths().to_numpy().astype(np.int64)
+
+
+def tokenize(cfg: DataConfig, vocabs: Vocabs, root: Path, source: str, pairs: int) -> Path:
+    """The cache entry of the training split `source` (its digest) tokenized with `vocabs`,
+    built now if it is not there; its path."""
+    key = digest(source, file_digest(vocabs.files()), ENCODING_VERSION)
+    final = root / "corpora" / key
+    if (final / DATA).is_dir():
+        return final
+    procs = min(cfg.num_proc or os.cpu_count() or 1, max(1, pairs // MIN_PAIRS_PER_PROCESS))
+    log.info(
+        "tokenizing %d training pairs into %s with %d process(es), once for this corpus and "
+        "tokenizer", pairs, final, procs,
+    )  # fmt: skip
+    import datasets
+
+    quiet = pairs < QUIET_BELOW and datasets.is_progress_bar_enabled()
+    if quiet:  # a small corpus takes seconds: no progress bars
+        datasets.disable_progress_bars()
+    try:
+        with building(final) as tmp:
+            _build(cfg, vocabs, tmp, procs, key)
+    finally:
+        if quiet:
+            datasets.enable_progress_bars()
+    return final
+
+
+def _build(cfg: DataConfig, vocabs: Vocabs, out: Path, procs: int, key: str) -> None:
+    import datasets
+
+    work = out / "work"
+    if cfg.local_dir:
+        fmt, files = local_files(cfg, Split.train)
+        text = datasets.Features({"src": datasets.Value("string"), "tgt": datasets.Value("string")})
+        try:
+            raw = datasets.Dataset.from_generator(
+                _raw_rows, features=text, cache_dir=str(work / "raw"), fingerprint=f"raw-{key}",
+                # a tuple: datasets would read a list as shards of the generator's input
+                gen_kwargs={"fmt": fmt, "files": tuple(files), "cfg": cfg},
+            )  # fmt: skip
+        except Exception as err:  # datasets wraps the generator's errors
+            raise _nmt_error(err) or err from None
+        fields = ("src", "tgt", False)
+    else:
+        raw = load_hub_split(cfg, Split.train)
+        nested = "translation" in raw.column_names and cfg.src_lang not in raw.column_names
+        fields = (cfg.src_lang, cfg.tgt_lang, nested)
+    ids = "uint16" if max(len(vocabs.src), len(vocabs.tgt)) <= 2**16 else "int32"
+    features = datasets.Features({
+        "src": datasets.Sequence(datasets.Value(ids)),
+        "tgt": datasets.Sequence(datasets.Value(ids)),
+        "src_len": datasets.Value("int32"),
+        "tgt_len": datasets.Value("int32"),
+    })  # fmt: skip
+    encoded = raw.map(
+        _encode, batched=True, num_proc=procs if procs > 1 else None, features=features,
+        remove_columns=raw.column_names, cache_file_name=str(work / "encoded.arrow"),
+        new_fingerprint=key, desc="tokenizing",
+        fn_kwargs={"fields": fields, "vocab_dir": str(vocabs.src.path.parent), "data": cfg},
+    )  # fmt: skip
+    encoded.save_to_disk(str(out / DATA))
+    del raw, encoded
+    import shutil
+
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def _raw_rows(fmt, files: tuple[Path, ...], cfg: DataConfig):  # noqa: ANN001, ANN201 - a generator
+    for src, tgt in raw_pairs(fmt, list(files), cfg):
+        yield {"src": src, "tgt": tgt}
+
+
+_VOCABS: dict[str, Vocabs] = {}  # per process: each worker of `map` loads the models once
+
+
+def _encode(batch: dict, fields: tuple[str, str, bool], vocab_dir: str, data: DataConfig) -> dict:
+    """A batch of raw pairs -> cleaned, tokenized ids and lengths (in a worker of `map`)."""
+    vocabs = _VOCABS.get(vocab_dir)
+    if vocabs is None:
+        vocabs = _VOCABS[vocab_dir] = load_vocabs(Path(vocab_dir))
+    src_key, tgt_key, nested = fields
+    if nested:
+        pairs = [pair_from_record(record, data) for record in batch["translation"]]
+        src_text, tgt_text = [s for s, _ in pairs], [t for _, t in pairs]
+    else:
+        src_text, tgt_text = batch[src_key], batch[tgt_key]
+    src = [ids + [EOS] for ids in vocabs.src.encode([clean(s or "") for s in src_text])]
+    tgt = vocabs.tgt.encode([clean(t or "") for t in tgt_text])
+    return {
+        "src": src, "tgt": tgt, "src_len": [len(s) for s in src], "tgt_len": [len(t) for t in tgt]
+    }  # fmt: skip
+
+
+def _nmt_error(err: BaseException) -> NMTError | None:
+    """The NMTError behind an exception that another library wrapped, if any."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, NMTError):
+            return err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None
