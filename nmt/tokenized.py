@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import torch
 
 from nmt.batches import Batch, pad_flat
@@ -33,11 +35,6 @@ from nmt.tokenizer import BOS, EOS, Vocabs, load_vocabs
 
 log = logging.getLogger(__name__)
 
-# pyarrow's default allocator, jemalloc, runs a background thread that aborted about one torchrun
-# process in ten at exit ("terminate called without an active exception"); the system allocator
-# runs none. Read by pyarrow when it is first imported, which nmt does after this module's import.
-os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
-
 ENCODING_VERSION = 1  # bump when what `_encode` writes changes: old entries are then not read
 DATA = "data"  # the save_to_disk directory inside an entry
 MIN_PAIRS_PER_PROCESS = 50_000  # fewer pairs than this per process tokenize faster in one
@@ -46,23 +43,43 @@ QUIET_BELOW = 100_000  # pairs under which tokenizing shows no progress bars
 
 class TokenizedCorpus:
     """The training pairs as token ids on disk; in memory only the lengths of the pairs kept
-    (both sides non-empty and within `max_len` pieces) and their row numbers.
+    (both sides non-empty and within `max_len` pieces), their row numbers, and where each record
+    batch of the Arrow files starts.
+
+    Rows are read with plain file reads (pread) of the record batches that hold them, not through
+    a memory map: the pages of a map count toward the process's resident memory as they are
+    touched, and the random batches of training would touch them all, so resident memory would
+    grow to the corpus's size on disk. Read this way it stays flat (the kernel's page cache keeps
+    the file, shared and reclaimable).
 
     Sources end with EOS, targets carry neither BOS nor EOS, as in `nmt.data.Encoded`; example i
     is the i-th pair kept."""
 
     def __init__(self, path: Path, max_len: int) -> None:
-        import datasets
-
         self.path = path
-        table = datasets.load_from_disk(str(path / DATA))
-        # the two length columns, copied out of the map (4 bytes a pair each)
-        src_len = table.data.column("src_len").to_numpy()
-        tgt_len = table.data.column("tgt_len").to_numpy()
-        keep = (src_len > 1) & (src_len <= max_len + 1) & (tgt_len > 0) & (tgt_len <= max_len)
-        self.rows = np.flatnonzero(keep)
-        self.src_lens, self.tgt_lens = src_len[self.rows], tgt_len[self.rows]
-        self.table = table.with_format("arrow")  # rows come back as pyarrow Tables
+        files = sorted((path / DATA).glob("data-*.arrow"))  # save_to_disk's shards, in order
+        if not files:
+            raise NMTError(f"{path / DATA} holds no tokenized data: remove it to rebuild")
+        self._fds = [os.open(f, os.O_RDONLY) for f in files]
+        self._where: list[tuple[int, int, int]] = []  # per record batch: file, offset, size
+        firsts, src_len, tgt_len = [], [], []
+        rows = 0
+        for number, file in enumerate(files):
+            for offset, size, batch in _record_batches(file):
+                self._where.append((number, offset, size))
+                firsts.append(rows)
+                rows += batch.num_rows
+                # copies: a view would keep the whole record batch in memory
+                src_len.append(batch.column("src_len").to_numpy().astype(np.int32))
+                tgt_len.append(batch.column("tgt_len").to_numpy().astype(np.int32))
+        self._first = np.array(firsts, dtype=np.int64)  # first row of each record batch
+        src, tgt = np.concatenate(src_len), np.concatenate(tgt_len)
+        keep = (src > 1) & (src <= max_len + 1) & (tgt > 0) & (tgt <= max_len)
+        # what stays in memory: 4 bytes a pair for the row, 2 + 2 for the lengths (int16 holds
+        # any max_len a model trains on)
+        self.rows = np.flatnonzero(keep).astype(np.int32 if rows < 2**31 else np.int64)
+        small = np.int16 if max_len < 2**15 - 1 else np.int32
+        self.src_lens, self.tgt_lens = src[self.rows].astype(small), tgt[self.rows].astype(small)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -74,23 +91,65 @@ class TokenizedCorpus:
 
     def batch(self, index: list[int]) -> Batch:
         """The padded batch of examples `index`, read from disk now."""
-        src, src_lens = self._column(index, "src")
-        tgt, tgt_lens = self._column(index, "tgt")
+        src, src_lens, tgt, tgt_lens = self.flat(np.asarray(index, dtype=np.int64))
         tgt_in, tgt_out = pad_flat(tgt, tgt_lens, before=BOS), pad_flat(tgt, tgt_lens, after=EOS)
         tokens = int(tgt_lens.sum()) + len(index)
         lens = torch.from_numpy(src_lens)
         return Batch(pad_flat(src, src_lens), lens, tgt_in, tgt_out, list(index), tokens)
 
     def flat(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(source ids, source lengths, target ids, target lengths) of examples `index`, each
-        side one flat array: what the lexicon is learned from."""
-        return (*self._column(index, "src"), *self._column(index, "tgt"))
+        """(source ids, source lengths, target ids, target lengths) of examples `index`, in that
+        order, each side one flat int64 array: what a batch is padded from and the lexicon learned
+        from. Each record batch that holds some of them is read once."""
+        rows = self.rows[index].astype(np.int64)
+        which = np.searchsorted(self._first, rows, side="right") - 1  # record batch of each row
+        order = np.argsort(which, kind="stable")
+        batches, starts = np.unique(which[order], return_index=True)
+        parts: dict[str, list] = {"src": [], "tgt": []}
+        for b, lo, hi in zip(batches.tolist(), starts, [*starts[1:], len(order)]):
+            record = self._read(b)
+            local = pa.array(rows[order[lo:hi]] - self._first[b])
+            for side in parts:
+                parts[side].append(record.column(side).take(local))
+        back = pa.array(np.argsort(order))  # from record-batch order back to the order asked
+        out = []
+        for side in ("src", "tgt"):
+            lists = pa.concat_arrays(parts[side]).take(back) if parts[side] else pa.array([[]])
+            out += [lists.flatten().to_numpy().astype(np.int64), lists.value_lengths().to_numpy()]
+        return out[0], out[1].astype(np.int64), out[2], out[3].astype(np.int64)
 
-    def _column(self, index, side: str) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001
-        rows = self.table[self.rows[np.asarray(index, dtype=np.int64)].tolist()]
-        lists = rows.column(side).combine_chunks()
-        values = lists.flatten().to_numpy().astype(np.int64)  # a writable copy, as torch wants
-        return values, lists.value_lengths().to_numpy().astype(np.int64)
+    def _read(self, b: int) -> pa.RecordBatch:
+        number, offset, size = self._where[b]
+        message = pa.ipc.read_message(pa.py_buffer(os.pread(self._fds[number], size, offset)))
+        return pa.ipc.read_record_batch(message, self._schema(number))
+
+    def _schema(self, number: int) -> pa.Schema:
+        if not hasattr(self, "_schemas"):
+            self._schemas = {}
+        if number not in self._schemas:
+            files = sorted((self.path / DATA).glob("data-*.arrow"))
+            with pa.OSFile(str(files[number])) as f:
+                self._schemas[number] = pa.ipc.read_schema(pa.ipc.read_message(f))
+        return self._schemas[number]
+
+    def close(self) -> None:
+        for fd in self._fds:
+            os.close(fd)
+        self._fds = []
+
+
+def _record_batches(path: Path) -> Iterator[tuple[int, int, pa.RecordBatch]]:
+    """(offset, size, batch) of each record batch of an Arrow IPC stream file, read once in
+    order with plain reads (a batch at a time in memory)."""
+    with pa.OSFile(str(path)) as f:
+        schema = pa.ipc.read_schema(pa.ipc.read_message(f))
+        while True:
+            offset = f.tell()
+            try:
+                message = pa.ipc.read_message(f)
+            except EOFError:  # the stream's end marker
+                return
+            yield offset, f.tell() - offset, pa.ipc.read_record_batch(message, schema)
 
 
 def tokenize(cfg: DataConfig, vocabs: Vocabs, root: Path, source: str, pairs: int) -> Path:

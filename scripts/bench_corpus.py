@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -36,6 +37,7 @@ from nmt.device import cpu_name
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+KEPT = re.compile(r"nmt-train: (\d+) training pairs")  # the trainer's first line: pairs kept
 MODEL = ["model=transformer_small", "train.max_steps=100", "train.valid_every=100000"]
 
 
@@ -69,16 +71,18 @@ def train(corpus: Path, run_dir: Path, cache: Path, extra: list[str]) -> dict:
     ]  # fmt: skip
     print("+", " ".join(command), file=sys.stderr, flush=True)
     began_wall, began = time.time(), time.monotonic()
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    peak_rss = peak_pss = workers = 0.0
-    while proc.poll() is None:
-        rss, pss = memory(proc.pid)
-        peak_rss, peak_pss = max(peak_rss, rss), max(peak_pss, pss)
-        for kid in children(proc.pid):
-            workers = max(workers, memory(kid)[0])
-        time.sleep(0.2)
+    log = run_dir.parent / f"{run_dir.name}.log"  # a file, not a pipe: a full pipe would block
+    with open(log, "w", encoding="utf-8") as sink:
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=sink)
+        peak_rss = peak_pss = workers = 0.0
+        while proc.poll() is None:
+            rss, pss = memory(proc.pid)
+            peak_rss, peak_pss = max(peak_rss, rss), max(peak_pss, pss)
+            for kid in children(proc.pid):
+                workers = max(workers, memory(kid)[0])
+            time.sleep(0.2)
     wall = time.monotonic() - began
-    err = proc.stderr.read()
+    err = log.read_text(encoding="utf-8")
     if proc.returncode != 0:
         raise SystemExit(f"bench_corpus: nmt-train failed ({proc.returncode}):\n{err[-3000:]}")
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -91,9 +95,7 @@ def train(corpus: Path, run_dir: Path, cache: Path, extra: list[str]) -> dict:
         "peak_pss_mb": round(peak_pss),
         "workers_peak_rss_mb": round(workers),
         "tokens_per_s": round(sum(r["tokens"] for r in later) / seconds) if seconds else None,
-        "training_pairs": next(
-            (int(line.split()[1]) for line in err.splitlines() if "training pairs" in line), None
-        ),
+        "training_pairs": int(m.group(1)) if (m := KEPT.search(err)) else None,
         "wall_s": round(wall, 1),
     }
 

@@ -25,8 +25,10 @@ from nmt.tokenizer import EOS, Vocabs
 
 LEXICON_VERSION = 1  # bump when how the table is learned changes: cached ones are then not read
 ITERATIONS = 5  # EM iterations of Model 1; the ranking of the top translations settles by then
-SAMPLE_PAIRS = 200_000  # sentence pairs the table is learned on, at most
-CHUNK_PAIRS = 8_000_000  # token pairs of one E-step chunk (Multi30k's 29,000 pairs: one chunk)
+SAMPLE_PAIRS = 100_000  # sentence pairs the table is learned on, at most
+# token pairs of one E-step chunk: bounds the memory (tens of bytes a pair); on Multi30k (7.6M
+# pairs) chunks of 2M give the table of a single pass, entry for entry
+CHUNK_PAIRS = 2_000_000
 
 
 def corpus_lexicon(corpus: TokenizedCorpus, vocabs: Vocabs, max_len: int) -> Lexicon:
@@ -74,38 +76,45 @@ def learn_from_arrays(
     end with EOS, which plays NULL: the source word that target words without a counterpart align
     to). Vectorised within a chunk over every (source token, target token) pair of its sentences:
     P pairs, T target tokens; U distinct (source id, target id) pairs over the whole corpus."""
-    src, tgt = torch.from_numpy(src), torch.from_numpy(tgt)
-    src_lens, tgt_lens = torch.from_numpy(src_lens), torch.from_numpy(tgt_lens)
+    # int32 throughout where the ids allow it: the chunk's P-sized temporaries are most of the
+    # memory, and a (source, target) key fits in 32 bits for vocabularies up to 46,340 each
+    wide = src_vocab * tgt_vocab >= 2**31
+    ids = torch.int64 if wide else torch.int32
+    src, tgt = torch.from_numpy(src).to(ids), torch.from_numpy(tgt).to(ids)
+    src_lens = torch.from_numpy(src_lens).to(torch.int64)
+    tgt_lens = torch.from_numpy(tgt_lens).to(torch.int64)
     src_start = torch.cumsum(src_lens, 0) - src_lens
     tgt_start = torch.cumsum(tgt_lens, 0) - tgt_lens
     chunks = _chunks(src_lens * tgt_lens, CHUNK_PAIRS)
 
-    def pairs(first: int, last: int) -> tuple[Tensor, Tensor, Tensor]:
+    def pairs(first: int, last: int) -> tuple[Tensor, Tensor, int]:
         """Sentences first..last-1: (key of each pair (P,), its target token (P,), T)."""
         lens_t = tgt_lens[first:last]
         t_lo, t_hi = int(tgt_start[first]), int(tgt_start[last - 1] + lens_t[-1])
         sentence = torch.repeat_interleave(torch.arange(first, last), lens_t)  # (T,)
         per_token = src_lens[sentence]  # each target token pairs with its sentence's source
-        token = torch.repeat_interleave(torch.arange(t_hi - t_lo), per_token)  # (P,)
-        first_pair = torch.cumsum(per_token, 0) - per_token
-        offset = torch.arange(token.numel()) - first_pair[token]
-        pair_src = src[src_start[sentence[token]] + offset]
+        token = torch.repeat_interleave(torch.arange(t_hi - t_lo, dtype=torch.int32), per_token)
+        first_pair = (torch.cumsum(per_token, 0) - per_token).to(torch.int32)
+        offset = torch.arange(token.numel(), dtype=torch.int32) - first_pair[token]  # (P,)
+        start = (src_start[sentence]).to(torch.int32)[token]  # (P,): each pair's source start
+        pair_src = src[start + offset]
+        del offset, start
         return pair_src * tgt_vocab + tgt[t_lo:t_hi][token], token, t_hi - t_lo
 
     distinct = torch.unique(torch.cat([torch.unique(pairs(a, b)[0]) for a, b in chunks]))  # (U,)
-    d_src, d_tgt = distinct // tgt_vocab, distinct % tgt_vocab
+    d_src, d_tgt = (distinct // tgt_vocab).long(), (distinct % tgt_vocab).long()
     prob = torch.ones(distinct.numel())  # t(target | source); uniform to start
     for _ in range(ITERATIONS):
         counts = torch.zeros(distinct.numel())
         for a, b in chunks:
             keys, token, n_tokens = pairs(a, b)
-            which = torch.searchsorted(distinct, keys)
+            which = torch.searchsorted(distinct, keys, out_int32=not wide)
             weight = prob[which]  # (P,)
             norm = torch.zeros(n_tokens).index_add_(0, token, weight)  # (T,)
             counts.index_add_(0, which, weight / norm[token])
         totals = torch.zeros(src_vocab).index_add_(0, d_src, counts)
         prob = counts / totals[d_src]
-    return _ranked(prob, d_src, d_tgt, tgt, src_vocab, tgt_vocab)
+    return _ranked(prob, d_src, d_tgt, tgt.long(), src_vocab, tgt_vocab)
 
 
 def _chunks(pairs_per_sentence: Tensor, most: int) -> list[tuple[int, int]]:

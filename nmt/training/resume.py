@@ -19,6 +19,10 @@ from nmt.run_config import TrainRunConfig, flatten
 
 log = logging.getLogger(__name__)
 
+# settings a resumed or initialised run may change: where and how fast the corpus is prepared,
+# and how many lines trained a tokenizer that comes with the checkpoint anyway
+UNBOUND = ("data.cache_dir", "data.num_proc", "data.tokenizer.max_sentences")
+
 
 def check_resume(cfg: TrainRunConfig, resume: Checkpoint) -> None:
     """Refuse to continue `resume` exactly with another model or another batch order."""
@@ -43,8 +47,8 @@ def _schedule_keys(cfg: TrainRunConfig) -> dict:
     """What the saved data position (epoch, batch index) and random streams mean: with another
     corpus, tokenizer, batching or seed the same position names other batches."""
     data = flatten(cfg.data, "data")
-    for key in ("data.cache_dir", "data.num_proc"):  # where and how fast, not what: free to change
-        data.pop(key)
+    for key in UNBOUND:
+        data.pop(key, None)
     return {
         **data,
         "train.batch_tokens": cfg.train.batch_tokens,
@@ -71,7 +75,8 @@ def load_init(cfg: TrainRunConfig) -> Checkpoint:
     init = load_checkpoint(cfg.train.init_from)
     _check_same_model(cfg, init.config, "train.init_from")
     key = "data.tokenizer"
-    diff = _differences(flatten(cfg.data.tokenizer, key), flatten(init.config.data.tokenizer, key))
+    now, then = flatten(cfg.data.tokenizer, key), flatten(init.config.data.tokenizer, key)
+    diff = [d for d in _differences(now, then) if d.split("=")[0] not in UNBOUND]
     if diff:
         raise NMTError(
             "train.init_from keeps the checkpoint's tokenizer (the embeddings are tied to it): "
