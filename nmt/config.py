@@ -343,6 +343,10 @@ class DecodeConfig:
     # not measured: its training at small batches was slower in bf16, docs/gpu.md), and outputs
     # may differ from fp32 where two hypotheses score within bf16's rounding
     precision: Precision = Precision.fp32
+    # every translation starts with this target text (a forced prefix, scored by the model):
+    # interactive translation, "what if" re-decoding. Per-text prefixes (the Translator's
+    # `prefixes`, nmt-translate's TSV input, the HTTP API's "prefix") take its place
+    prefix: str = ""
 
     def __post_init__(self) -> None:
         if self.beam_size < 1 or self.n_best < 1 or self.batch_size < 1:
@@ -386,6 +390,8 @@ class DecodeConfig:
             text += f", shortlist {self.shortlist} per source piece + {self.shortlist_frequent}"
         if self.precision != Precision.fp32:
             text += f", {self.precision.value}"
+        if self.prefix:
+            text += f", prefix {self.prefix!r}"
         return text
 
     def max_len(self, src_len: int) -> int:

@@ -60,10 +60,18 @@ class Lexicon:
         """(source, target) vocabulary sizes the table was learned for."""
         return self.translations.size(0), self.frequent.numel()
 
-    def shortlist(self, src: Tensor, per_source: int, frequent: int, columns: int = 0) -> Shortlist:
+    def shortlist(
+        self,
+        src: Tensor,
+        per_source: int,
+        frequent: int,
+        columns: int = 0,
+        prefix: Tensor | None = None,
+    ) -> Shortlist:
         """The pieces a batch of sources src (B, S) may produce, on src's device. The batch
         scores at least `columns` pieces (the most frequent fill up the union, allowed to no
-        sentence), so that a beam's 2K candidates always exist, however short the lists."""
+        sentence), so that a beam's 2K candidates always exist, however short the lists. A
+        sentence may always produce the pieces of its forced prefix (B, P), -1 past its end."""
         device = src.device
         if self.translations.device != device:  # once per device: later batches find it there
             self.translations = self.translations.to(device)
@@ -76,6 +84,10 @@ class Lexicon:
         sentence = torch.arange(batch, device=device).view(-1, 1, 1).expand_as(candidates)
         found = candidates >= 0
         allowed[sentence[found], candidates[found]] = True
+        if prefix is not None:
+            forced = prefix >= 0
+            rows = torch.arange(batch, device=device).unsqueeze(1).expand_as(prefix)
+            allowed[rows[forced], prefix[forced]] = True
         scored = allowed.any(dim=0)
         scored[self.frequent[:columns]] = True
         ids = scored.nonzero().squeeze(1)

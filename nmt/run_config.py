@@ -83,6 +83,9 @@ class TranslateRunConfig:
     attention_layer: int | None = -1  # which attention layer is shown; None = mean of layers
     attention_head: int | None = None  # which head; None = mean of heads
     nbest_tsv: bool = False  # batch mode: line<TAB>rank<TAB>score<TAB>text per n-best hypothesis
+    # batch mode: each input line is source<TAB>prefix, and its translation starts with the
+    # prefix (forced, scored by the model; a line without a tab has none)
+    prefix_tsv: bool = False
     device: str = "auto"
 
     def __post_init__(self) -> None:

@@ -3,12 +3,19 @@
     translator = Translator.from_checkpoint("runs/NAME/checkpoints/best")
     translator.translate(["Ein Hund läuft."])                                  # best translations
     translator.translate_full(texts, decode=DecodeConfig(strategy=Strategy.beam, n_best=3))
+    translator.translate(["Ein Hund läuft."], prefixes=["A dog"])              # "what if"
 
 Decode settings are an argument of each call (the default is what the checkpoint validated with,
 or the `decode` given at construction), so one Translator serves any mix of requests: nmt-serve
 keeps one for its life. Whatever the texts hold (empty, huge, control characters), N texts in give
 N translations out in the same order: blank texts give blank translations, and no translation
 contains a newline. The input path (`nmt.inputs`) is the one the exported runtimes share.
+
+A prefix (target text) is tokenized with the target vocabulary and forced at the start of the
+translation: the model scores it and goes on from there (`nmt.search`). A prefix the vocabulary
+cannot write (a character it lacks) or one longer than the length limit lets a translation be is
+an NMTError naming its line. A prefix is cut where its pieces end: "I see eigh" forces the pieces
+of "eigh", so the translation continues after them rather than within a longer word.
 """
 
 from __future__ import annotations
@@ -20,16 +27,17 @@ import torch
 from torch import Tensor
 
 from nmt.attention_map import select_map
+from nmt.beam_tree import BeamTree
 from nmt.checkpoint import Checkpoint, load_checkpoint
 from nmt.config import DecodeConfig
 from nmt.device import check_precision, resolve_device
 from nmt.errors import NMTError
-from nmt.inputs import clean, read_sources
+from nmt.inputs import Sources, clean, read_sources, source_ids
 from nmt.lexicon import NO_LEXICON, Lexicon
 from nmt.models import restore_model
 from nmt.models.seq2seq import Seq2Seq
-from nmt.search import decode_all
-from nmt.tokenizer import EOS, Vocabs
+from nmt.search import search_all
+from nmt.tokenizer import EOS, UNK, Vocab, Vocabs
 
 
 @dataclass
@@ -43,6 +51,9 @@ class Translation:
     nbest: list[tuple[str, float]]  # every hypothesis kept, best first: (text, normalised score)
     # with attention: (target pieces, maps) of each n-best hypothesis, in the order of `nbest`
     nbest_maps: list[tuple[list[str], Tensor | None]] = field(default_factory=list)
+    prefix_score: float | None = None  # log-probability of the forced prefix (None: no prefix)
+    prefix_pieces: int = 0  # how many of `tgt_pieces` were forced
+    tree: BeamTree | None = None  # the search tree, when asked for, with pieces and texts
 
     def attention(self, layer: int | None = -1, head: int | None = None) -> Tensor | None:
         """(len(tgt_pieces), len(src_pieces)): one layer's map (None: the mean of the layers),
@@ -99,12 +110,32 @@ class Translator:
                 "python -m nmt.cli.lexicon CKPT_DIR learns it again"
             )
 
+    def check_prefixes(
+        self, texts: list[str], prefixes: list[str], decode: DecodeConfig | None = None
+    ) -> None:
+        """Raise NMTError if a prefix cannot be forced on its text (see the module's notes),
+        without translating: a server checks a request before it joins a batch."""
+        decode = decode or self.decode
+        cleaned = [clean(t) for t in texts]
+        index = [i for i, text in enumerate(cleaned) if text]
+        ids, _ = source_ids(self.vocabs.src, [cleaned[i] for i in index], decode.max_src_pieces)
+        sources = Sources(ids, index, len(texts))  # as read_sources, without its warnings
+        _prefix_ids(self.vocabs.tgt, [prefixes[i] for i in sources.index], sources, decode, 1)
+
     def translate(
-        self, texts: list[str], *, decode: DecodeConfig | None = None, first_line: int = 1
+        self,
+        texts: list[str],
+        *,
+        decode: DecodeConfig | None = None,
+        first_line: int = 1,
+        prefixes: list[str] | None = None,
     ) -> list[str]:
         """The best translation of each text."""
         return [
-            t.text for t in self.translate_full(texts, False, decode=decode, first_line=first_line)
+            t.text
+            for t in self.translate_full(
+                texts, False, decode=decode, first_line=first_line, prefixes=prefixes
+            )
         ]
 
     def translate_full(
@@ -114,20 +145,36 @@ class Translator:
         *,
         decode: DecodeConfig | None = None,
         first_line: int = 1,
+        prefixes: list[str] | None = None,
+        tree: bool = False,
     ) -> list[Translation]:
         """The best translation of each text with its n-best list and (when `attention`) its
         attention maps. A text longer than `decode.max_src_pieces` is translated from its first
-        pieces, with a warning logged that names its line (`first_line` numbers the first)."""
+        pieces, with a warning logged that names its line (`first_line` numbers the first).
+        `prefixes` (one per text, "" for none) replace `decode.prefix`; `tree` returns each
+        search tree (`nmt.beam_tree`)."""
         decode = decode or self.decode
         if decode is not self.decode:
             self.check(decode)
+        if prefixes is not None and len(prefixes) != len(texts):
+            raise NMTError(f"{len(prefixes)} prefixes for {len(texts)} texts: give one per text")
         sources = read_sources(self.vocabs.src, texts, decode.max_src_pieces, first_line)
-        nbests = decode_all(self.model, sources.ids, decode, self.device, attention, self.lexicon)
+        wanted = [decode.prefix] * len(texts) if prefixes is None else prefixes
+        prefix_ids = _prefix_ids(
+            self.vocabs.tgt, [wanted[i] for i in sources.index], sources, decode, first_line
+        )
+        searched = search_all(
+            self.model, sources.ids, decode, self.device, attention, self.lexicon,
+            prefix_ids if any(prefix_ids) else None, tree,
+        )  # fmt: skip
+        nbests = [d.nbest for d in searched]
         flat = [h.tokens for hyps in nbests for h in hyps]
         # byte pieces could decode to a newline: clean() keeps every text on one line
         decoded = iter([clean(t) for t in self.vocabs.tgt.decode(flat)] if flat else [])
         results = []
-        for i, ids, hyps in zip(sources.index, sources.ids, nbests):
+        for i, ids, hyps, forced, done in zip(
+            sources.index, sources.ids, nbests, prefix_ids, searched
+        ):
             nbest = [(next(decoded), h.normalized) for h in hyps]
             pieces = [self.vocabs.tgt.id_to_piece(h.tokens + [EOS] * h.ended) for h in hyps]
             results.append(
@@ -142,6 +189,47 @@ class Translator:
                     nbest_maps=[(p, h.attention) for p, h in zip(pieces, hyps)]
                     if attention
                     else [],
+                    prefix_score=hyps[0].prefix_score if forced else None,
+                    prefix_pieces=len(forced),
+                    tree=None if done.tree is None else _with_pieces(done.tree, self.vocabs.tgt),
                 )
             )
         return sources.place(results, lambda i: _blank(texts[i]))
+
+
+def _prefix_ids(
+    vocab: Vocab, prefixes: list[str], sources: Sources, decode: DecodeConfig, first_line: int
+) -> list[list[int]]:
+    """The target ids of each prefix ([] for none), checked against the vocabulary and against
+    the length limit of its source; `sources` are the non-blank texts' `Sources`."""
+    cleaned = [clean(p) for p in prefixes]
+    ids = vocab.encode(cleaned) if any(cleaned) else [[] for _ in cleaned]
+    for k, (text, pieces) in enumerate(zip(cleaned, ids)):
+        line = first_line + sources.index[k]
+        if UNK in pieces:
+            # the pieces as sentencepiece writes them (a character it never saw: its bytes)
+            lacking = [p for p, i in zip(vocab.sp.Encode(text, out_type=str), pieces) if i == UNK]
+            raise NMTError(
+                f"line {line}: the prefix {text!r} needs pieces the target vocabulary lacks "
+                f"(the model never produces them): {' '.join(dict.fromkeys(lacking))}"
+            )
+        limit = decode.max_len(len(sources.ids[k]))
+        if len(pieces) >= limit:
+            raise NMTError(
+                f"line {line}: the prefix has {len(pieces)} pieces, and a translation of this "
+                f"source may have at most {limit} pieces (decode.max_len_a * source pieces + "
+                f"decode.max_len_b, capped at decode.max_len_cap), the end included"
+            )
+    return ids
+
+
+def _with_pieces(tree: BeamTree, vocab: Vocab) -> BeamTree:
+    """The tree with each node's piece and the text of the hypothesis ending there."""
+    paths: list[list[int]] = []
+    for node in tree.nodes:
+        path = [] if node.parent < 0 else paths[node.parent]
+        paths.append(path + [node.token] if node.parent >= 0 and node.token != EOS else path)
+    pieces = vocab.id_to_piece([node.token for node in tree.nodes])
+    for node, piece, text in zip(tree.nodes, pieces, vocab.decode(paths)):
+        node.piece, node.text = piece, clean(text)
+    return tree

@@ -8,6 +8,7 @@ session, shared with test_serve_batching.py and test_serve_browser.py through `t
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import os
@@ -19,6 +20,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import httpx
 import pytest
 import torch
 from conftest import default_sigint
@@ -192,6 +194,63 @@ def test_a_transformer_reports_every_layer_and_head(ckpt):
     assert got_info["step"] == 7 and got_info["validation"]["bleu"] is None
 
 
+def test_a_prefix_starts_the_translation_and_is_scored(client, translator):
+    [source] = SENTENCES[:1]
+    got = post(client, {"text": source, "prefix": "I see eighty"})["translations"][0]
+    [want] = translator.translate_full([source], False, prefixes=["I see eighty"])
+    assert got["text"] == want.text and got["text"].startswith("I see eighty")
+    assert got["prefix"] == {
+        "pieces": want.prefix_pieces,
+        "score": pytest.approx(want.prefix_score),
+    }
+    assert got["score"] == pytest.approx(want.score) and got["score"] <= got["prefix"]["score"]
+    # one per text; a blank text stays blank, a text without a prefix reports none
+    texts = [source, "", SENTENCES[1]]
+    got = post(client, {"texts": texts, "prefixes": ["I see", "I", ""]})["translations"]
+    assert got[0]["text"].startswith("I see") and got[1]["text"] == ""
+    assert "prefix" not in got[2] and got[2]["text"] == translator.translate(texts[2:])[0]
+
+
+def test_the_beam_tree_holds_the_nbest_with_their_texts(client, translator):
+    body = {"text": SENTENCES[2], "beam_tree": True, "decode": {"n_best": 2}}
+    result = post(client, body)["translations"][0]
+    nodes = result["beam_tree"]["nodes"]
+    assert set(nodes[0]) == {"id", "parent", "piece", "text", "step", "score", "state", "rank"}
+    assert nodes[0]["parent"] is None and nodes[0]["state"] == "root"
+    assert all(n["parent"] < n["id"] == i for i, n in enumerate(nodes[1:], 1))
+    ranked = sorted((n for n in nodes if n["rank"] is not None), key=lambda n: n["rank"])
+    assert [n["text"] for n in ranked] == [h["text"] for h in result["nbest"]]
+    assert [n["state"] for n in ranked] == ["finished", "finished"]
+    # every step keeps at most the beam's 4 hypotheses (and sets aside those that finished)
+    steps = [n["step"] for n in nodes if n["state"] != "finished"]
+    assert max(steps.count(t) for t in set(steps)) <= 4
+    assert "beam_tree" not in post(client, {"text": SENTENCES[2]})["translations"][0]
+
+
+def test_a_tree_too_large_to_send_is_left_out_with_a_reason(client, monkeypatch):
+    monkeypatch.setattr("nmt.serving.protocol.MAX_TREE_NODES", 3)
+    result = post(client, {"text": SENTENCES[0], "beam_tree": True})["translations"][0]
+    assert result["beam_tree"] is None and "more than the 3" in result["beam_tree_omitted"]
+
+
+def test_a_bad_prefix_fails_its_own_request_not_the_batch_it_would_join(ckpt):
+    async def both(client):
+        good = client.post("/translate", json={"text": SENTENCES[0], "prefix": "I see"})
+        bad = client.post("/translate", json={"text": SENTENCES[1], "prefix": "漢字"})
+        return await asyncio.gather(good, bad)
+
+    app = load_app(serve_config(ckpt, batch_wait_ms=200))
+    transport = httpx.ASGITransport(app=app)
+
+    async def run():
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            return await both(client)
+
+    good, bad = asyncio.run(run())
+    assert good.status_code == 200 and good.json()["translations"][0]["text"].startswith("I see")
+    assert bad.status_code == 422 and "lacks" in bad.json()["error"]
+
+
 def test_health_and_info(client, ckpt):
     assert client.get("/health").json() == {"status": "ok"}
     info = client.get("/info").json()
@@ -263,6 +322,14 @@ BAD = [
     ("too-long-together", {"texts": [LONG[:200], LONG[:200]]}, 413, "at most 300"),
     ("too-many-texts", {"texts": ["a"] * 5}, 413, "at most 4"),
     ("huge-body", b'{"text": "' + b"a" * 70_000 + b'"}', 413, "over the limit"),
+    ("prefix-not-a-string", {"text": "a", "prefix": 3}, 422, '"prefix" must be a string'),
+    ("prefix-and-prefixes", {"text": "a", "prefix": "", "prefixes": [""]}, 422, "not both"),
+    ("prefixes-not-a-list", {"texts": ["a"], "prefixes": "x"}, 422, "list of strings"),
+    ("prefixes-miscounted", {"texts": ["a", "b"], "prefixes": ["x"]}, 422, "one per text"),
+    ("prefix-unwritable", {"text": "Hallo", "prefix": "漢字"}, 422, "lacks"),
+    ("prefix-too-long", {"text": "Hallo", "prefix": "I see " * 20}, 422, "at most"),
+    ("prefix-too-long-chars", {"text": "Hallo", "prefix": LONG}, 413, "at most 300"),
+    ("beam-tree-not-a-bool", {"text": "a", "beam_tree": 1}, 422, '"beam_tree" must be true'),
 ]
 
 

@@ -49,10 +49,10 @@ pytestmark = [
 ]
 
 
-def start_server(ckpt: Path, log: Path) -> tuple[subprocess.Popen, str]:
+def start_server(ckpt: Path, log: Path, *extra: str) -> tuple[subprocess.Popen, str]:
     """nmt-serve on a free port; returns the process and the URL it printed."""
     command = [sys.executable, "-c", "from nmt.cli.main import main_serve; main_serve()"]
-    args = [f"ckpt={ckpt}", "port=0", "device=cpu", "decode.n_best=3"]
+    args = [f"ckpt={ckpt}", "port=0", "device=cpu", *extra, "decode.n_best=3"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     with open(log, "w") as err:
         server = subprocess.Popen(
@@ -158,3 +158,105 @@ def test_type_german_read_english_and_its_attention(server_url, tmp_path):
         finally:
             browser.close()
     assert time.monotonic() - began < 30
+
+
+@pytest.fixture(params=["gru", "transformer"])
+def family_server(request, train_small, tmp_path):
+    """nmt-serve on a small trained model of each family (or NMT_SERVE_CKPT for both)."""
+    given = os.environ.get("NMT_SERVE_CKPT")
+    ckpt = Path(given) if given else train_small(request.param)
+    server, url = start_server(ckpt, tmp_path / "server.log", "decode=beam", "decode.beam_size=4")
+    try:
+        yield request.param, url
+    finally:
+        server.kill()
+        server.wait()
+        server.stdout.close()
+
+
+def info(url: str) -> dict:
+    with urllib.request.urlopen(url + "info", timeout=30) as answer:
+        return json.load(answer)
+
+
+def test_the_tree_a_what_if_and_every_layer_and_head(family_server, tmp_path):
+    """Open the search tree, click a node: the translation starts with that node's words, and
+    the attention shown is the new hypothesis's; edit the translation: the model writes the rest
+    of it; the model view draws one map per layer x head, and a click enlarges it."""
+    from playwright.sync_api import expect, sync_playwright
+
+    family, url = family_server
+    want = api(url, {"text": SENTENCE, "beam_tree": True})
+    nodes = want["beam_tree"]["nodes"]
+    best_path = want["text"]
+    # a node of the second step whose words are not how the translation starts
+    other = next(
+        n for n in nodes if n["step"] == 2 and not best_path.startswith(n["text"]) and n["text"]
+    )
+    forced = api(url, {"text": SENTENCE, "prefix": other["text"], "attention": True})
+    maps = info(url)["attention_maps"]
+    shots = os.environ.get("NMT_SERVE_SCREENSHOTS")  # a folder: docs/ redraws the docs' pictures
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 1100})
+            errors = []
+            page.on("pageerror", lambda err: errors.append(str(err)))
+            page.goto(url)
+            expect(page.locator("#model")).to_contain_text("de → en")
+            page.locator("#source").fill(SENTENCE)
+            expect(page.locator("#target")).to_have_text(want["text"], timeout=20_000)
+
+            # the tree: one button per node, the same as the API's
+            page.locator("#tree-toggle").click()
+            expect(page.locator("#tree .node")).to_have_count(len(nodes), timeout=20_000)
+            finished = page.locator("#tree .node.finished .rank")
+            expect(finished.first).to_be_visible()
+            if shots:
+                page.locator(".tree-panel").screenshot(path=str(Path(shots) / "serve-tree.png"))
+
+            # keyboard: focus the node and press Enter, as a click would
+            node = page.locator(f"#tree .node[data-id='{other['id']}']")
+            node.focus()
+            page.keyboard.press("Enter")
+            expect(page.locator("#target")).to_have_text(forced["text"], timeout=20_000)
+            assert forced["text"].startswith(other["text"])
+            expect(page.locator("#prefix-note")).to_contain_text(f"Starts with “{other['text']}”")
+            rows = page.locator("#heatmap tbody tr")
+            expect(rows).to_have_count(len(forced["attention"]["hypotheses"][0]["tgt_pieces"]))
+            # the tree now follows the forced start: one node a step until it ends
+            expect(page.locator("#tree .node")).not_to_have_count(len(nodes))
+
+            # "what if": edit the translation; the model keeps what is before the cursor
+            edited = api(url, {"text": SENTENCE, "prefix": "I see eighty"})
+            target = page.locator("#target")
+            target.click()
+            page.keyboard.press("Control+A")
+            page.keyboard.type("I see eighty", delay=10)
+            expect(target).to_have_text(edited["text"], timeout=20_000)
+            expect(page.locator("#prefix-note")).to_contain_text("Starts with “I see eighty”")
+            page.locator("#clear-prefix").click()
+            expect(target).to_have_text(want["text"], timeout=20_000)
+            expect(page.locator("#prefix-note")).to_be_hidden()
+
+            # the model view: layers x heads small maps; a click shows that one above
+            cells = page.locator("#model-view .head-map")
+            expect(cells).to_have_count(maps["layers"] * maps["heads"])
+            last = cells.nth(maps["layers"] * maps["heads"] - 1)
+            last.click()
+            expect(last).to_have_attribute("aria-pressed", "true")
+            layer, head = maps["layers"] - 1, maps["heads"] - 1
+            assert page.locator("#layer").input_value() == str(layer)
+            if maps["heads"] > 1:
+                assert page.locator("#head").input_value() == str(head)
+            full = api(url, {"text": SENTENCE, "attention": True})["attention"]
+            weights = full["hypotheses"][0]["weights"][layer][head]
+            rows.nth(1).locator("td").nth(2).hover()
+            status = page.locator("#status").text_content()
+            assert float(status.rsplit(": ", 1)[1]) == pytest.approx(weights[1][2], abs=1.1e-3)
+            if shots and family == "transformer":
+                panel = page.locator(".model-view-panel")
+                panel.screenshot(path=str(Path(shots) / "serve-model-view.png"))
+            assert not errors
+        finally:
+            browser.close()

@@ -1,6 +1,8 @@
 """nmt-translate: translate standard input or a file, N lines in, N lines out in the same order (a
 blank line gives a blank line, no output line holds a newline), or an interactive prompt on a
-terminal.
+terminal. With `prefix_tsv=true` each line is `source<TAB>prefix`: its translation starts with
+the prefix. At the prompt, `/prefix TEXT` forces a prefix ("what if"), `/tree` prints the search
+tree of the last sentence.
 
 Lines are read by a thread of their own (`arrivals`), so a pause in a pipe never holds back the
 translations of the lines that came before it, and memory stays bounded however long the input.
@@ -18,10 +20,11 @@ from collections.abc import Iterable, Iterator
 from typing import TextIO
 
 from nmt.attention_map import format_attention, save_heatmap
+from nmt.beam_tree import BeamTree
 from nmt.config import DecodeConfig, Strategy
 from nmt.errors import NMTError
 from nmt.run_config import TranslateRunConfig
-from nmt.translate import Translator
+from nmt.translate import Translation, Translator
 
 CHUNK_LINES = 1000  # batch mode translates at most this many lines at a time
 
@@ -31,10 +34,12 @@ def translate_stream(
     lines: Iterable[str],
     decode: DecodeConfig | None = None,
     nbest_tsv: bool = False,
+    prefix_tsv: bool = False,
 ) -> Iterator[str]:
     """Translate an unbounded stream, keeping the order. Yields one line per input line, or
     with `nbest_tsv` one `line<TAB>rank<TAB>score<TAB>text` row per hypothesis (line and rank
-    from 1; a blank input line gives one row with an empty text).
+    from 1; a blank input line gives one row with an empty text). With `prefix_tsv` an input
+    line is `source<TAB>prefix` (split at its first tab; no tab: no prefix).
 
     Lines are translated as they arrive: whatever has come in (up to CHUNK_LINES) goes to the
     model as soon as one line is there, so an interactive pipe gets each answer at once and a
@@ -45,10 +50,18 @@ def translate_stream(
     wait_full = decode.strategy == Strategy.sample
     for chunk in arrivals(lines, CHUNK_LINES, wait_full):
         chunk = [line.rstrip("\n") for line in chunk]
+        prefixes = None
+        if prefix_tsv:
+            split = [line.partition("\t") for line in chunk]
+            chunk, prefixes = [s for s, _, _ in split], [p for _, _, p in split]
         if not nbest_tsv:
-            yield from translator.translate(chunk, decode=decode, first_line=first)
+            yield from translator.translate(
+                chunk, decode=decode, first_line=first, prefixes=prefixes
+            )
         else:
-            results = translator.translate_full(chunk, False, decode=decode, first_line=first)
+            results = translator.translate_full(
+                chunk, False, decode=decode, first_line=first, prefixes=prefixes
+            )
             for n, result in enumerate(results, first):
                 for rank, (text, score) in enumerate(result.nbest, 1):
                     yield f"{n}\t{rank}\t{score:.4f}\t{text}"
@@ -149,16 +162,24 @@ def _open_text(path: str | None, mode: str, fallback: TextIO) -> TextIO:
     )
 
 
+REPL_HELP = """Type a sentence and press Enter; Ctrl-C cancels, Ctrl-D quits. Commands:
+  /prefix TEXT   translations start with TEXT (the last sentence is translated again from it)
+  /prefix        no prefix
+  /tree          the search tree of the last sentence (decode=beam shows the whole beam)"""
+
+
 def repl(translator: Translator, cfg: TranslateRunConfig) -> None:
     """Translate what is typed, as Python's own prompt behaves: arrow keys and history (when the
     readline module exists), Ctrl-C drops the line being typed or stops the translation under way
-    and returns to the prompt, Ctrl-D on an empty line quits."""
+    and returns to the prompt, Ctrl-D on an empty line quits. A line starting with one of the
+    commands of REPL_HELP is that command."""
     # importing readline is what gives input() line editing and history; where it is missing
     # (Windows, a Python built without it) plain input() still works
     with contextlib.suppress(ImportError):
         import readline  # noqa: F401
-    print("Type a sentence and press Enter; Ctrl-C cancels, Ctrl-D quits.", file=sys.stderr)
+    print(REPL_HELP, file=sys.stderr)
     typed = 0  # numbers the sentences in length warnings
+    last, prefix = "", cfg.decode.prefix
     while True:
         try:
             line = input("> ")
@@ -168,27 +189,75 @@ def repl(translator: Translator, cfg: TranslateRunConfig) -> None:
         except KeyboardInterrupt:
             print(file=sys.stderr)
             continue
-        if not line.strip():
+        command, _, argument = line.strip().partition(" ")
+        tree, previous = command == "/tree", prefix
+        if command == "/prefix":
+            prefix = argument.strip()
+            print(f"(prefix: {prefix!r})" if prefix else "(no prefix)", file=sys.stderr)
+            if not last:
+                continue
+            line = last
+        elif tree:
+            if not last:
+                print("(translate a sentence first)", file=sys.stderr)
+                continue
+            line = last
+        elif not line.strip():
             continue
-        typed += 1
+        else:
+            typed += 1
         try:
-            result = translator.translate_full([line], first_line=typed)[0]
+            result = translator.translate_full(
+                [line], first_line=typed, prefixes=[prefix], tree=tree
+            )[0]
         except KeyboardInterrupt:
             # search keeps nothing between calls, so an interrupted one leaves no state behind
             print("(translation cancelled)", file=sys.stderr)
             continue
-        print(result.text, flush=True)
-        if len(result.nbest) > 1:
-            for rank, (text, score) in enumerate(result.nbest, 1):
-                print(f"  {rank:>2}  {score:8.4f}  {text}")
-        weights = result.attention(cfg.attention_layer, cfg.attention_head)
-        if weights is None:
+        except NMTError as err:  # a prefix the model cannot take: say so, keep the last one
+            print(f"nmt: {err}", file=sys.stderr)
+            prefix = previous
             continue
-        if cfg.show_attention:
-            print(format_attention(result.src_pieces, result.tgt_pieces, weights))
-        if cfg.attention_png:
-            save_heatmap(result.src_pieces, result.tgt_pieces, weights, cfg.attention_png, line)
-            print(f"(attention map written to {cfg.attention_png})", file=sys.stderr)
+        last = line
+        if tree and result.tree is not None:
+            print(format_tree(result.tree))
+            continue
+        _show(result, cfg, line)
+
+
+def _show(result: Translation, cfg: TranslateRunConfig, line: str) -> None:
+    print(result.text, flush=True)
+    if result.prefix_score is not None:
+        print(f"  (prefix: {result.prefix_pieces} pieces, log-prob {result.prefix_score:.4f})")
+    if len(result.nbest) > 1:
+        for rank, (text, score) in enumerate(result.nbest, 1):
+            print(f"  {rank:>2}  {score:8.4f}  {text}")
+    weights = result.attention(cfg.attention_layer, cfg.attention_head)
+    if weights is None:
+        return
+    if cfg.show_attention:
+        print(format_attention(result.src_pieces, result.tgt_pieces, weights))
+    if cfg.attention_png:
+        save_heatmap(result.src_pieces, result.tgt_pieces, weights, cfg.attention_png, line)
+        print(f"(attention map written to {cfg.attention_png})", file=sys.stderr)
+
+
+def format_tree(tree: BeamTree) -> str:
+    """The tree as indented text, one node per line: piece, cumulative log-probability, state
+    (and n-best rank); children in the order the search kept them."""
+    children: dict[int, list[int]] = {}
+    for i, node in enumerate(tree.nodes):
+        children.setdefault(node.parent, []).append(i)
+    lines: list[str] = []
+    stack = [(i, 0) for i in reversed(children.get(-1, []))]
+    while stack:
+        i, depth = stack.pop()
+        node = tree.nodes[i]
+        rank = "" if node.rank is None else f" #{node.rank + 1}"
+        label = "<root>" if node.parent < 0 else node.piece
+        lines.append(f"{'  ' * depth}{label}  {node.score:.3f}  {node.state}{rank}")
+        stack.extend((c, depth + 1) for c in reversed(children.get(i, [])))
+    return "\n".join(lines)
 
 
 def translate_main(cfg: TranslateRunConfig) -> None:
@@ -200,7 +269,10 @@ def translate_main(cfg: TranslateRunConfig) -> None:
     sink = _open_text(cfg.output, "w", sys.stdout)
     read_all = False
     try:
-        for text in translate_stream(translator, source, nbest_tsv=cfg.nbest_tsv):
+        lines = translate_stream(
+            translator, source, nbest_tsv=cfg.nbest_tsv, prefix_tsv=cfg.prefix_tsv
+        )
+        for text in lines:
             sink.write(text + "\n")
             sink.flush()  # through a pipe each line leaves now, not when a buffer fills
         read_all = True

@@ -1,6 +1,7 @@
 """nmt-serve: a checkpoint behind an HTTP API and a page that shows its attention.
 
-    POST /translate  {"text": "..."} or {"texts": [...]}, optional "decode": {...}, "attention"
+    POST /translate  {"text": "..."} or {"texts": [...]}, optional "decode": {...}, "attention",
+                     "prefix" (or "prefixes"), "beam_tree"
     GET  /health     {"status": "ok"}
     GET  /info       the model, its languages, vocabularies, decoding defaults, step, valid BLEU
     GET  /           the page (nmt/serving/web/: plain HTML, CSS and JS, no build step)
@@ -14,6 +15,7 @@ that reads and writes them. Requests are decoded in batches by
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import socket
 import sys
@@ -45,13 +47,28 @@ WEB = Path(__file__).resolve().parent / "web"
 log = logging.getLogger(__name__)
 
 
-def decode_batch(translator: Translator, key: object, items: list[tuple]) -> list[dict]:
-    """The batcher's work, in its worker thread: items are (text, decode, attention) of requests
-    with the same decode settings; one decode for all of them, with those settings."""
-    decode = items[0][1]
-    attention = any(want for _, _, want in items)
-    results = translator.translate_full([text for text, _, _ in items], attention, decode=decode)
-    return [translation_json(t, want) for t, (_, _, want) in zip(results, items)]
+@dataclasses.dataclass(frozen=True)
+class Item:
+    """One text of a request, as the batcher queues it."""
+
+    text: str
+    decode: DecodeConfig
+    attention: bool
+    prefix: str = ""
+    tree: bool = False
+
+
+def decode_batch(translator: Translator, key: object, items: list[Item]) -> list[dict]:
+    """The batcher's work, in its worker thread: the items of requests with the same decode
+    settings; one decode for all of them, with those settings."""
+    results = translator.translate_full(
+        [item.text for item in items],
+        any(item.attention for item in items),
+        decode=items[0].decode,
+        prefixes=[item.prefix for item in items],
+        tree=any(item.tree for item in items),
+    )
+    return [translation_json(t, item.attention, item.tree) for t, item in zip(results, items)]
 
 
 def batch_key(decode: DecodeConfig, job_id: int) -> tuple:
@@ -77,8 +94,15 @@ def create_app(translator: Translator, cfg: ServeRunConfig, info: dict) -> Starl
     async def translate(request: Request) -> Response:
         job = parse_request(await read_body(request, body_limit), cfg)
         key = batch_key(job.decode, next(counter))
+        prefixes = job.prefixes or [""] * len(job.texts)
         try:
-            results = await batcher.submit(key, [(t, job.decode, job.attention) for t in job.texts])
+            # a prefix the model cannot take fails this request here, not the batch it would join
+            translator.check_prefixes(job.texts, prefixes, job.decode)
+            items = [
+                Item(text, job.decode, job.attention, prefix, job.tree)
+                for text, prefix in zip(job.texts, prefixes)
+            ]
+            results = await batcher.submit(key, items)
         except NMTError as err:
             raise BadRequest(422, str(err)) from None
         return JSONResponse({"translations": results, "decode": flatten(job.decode)})

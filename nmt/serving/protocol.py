@@ -18,7 +18,7 @@ from nmt.inputs import clean
 from nmt.run_config import ServeRunConfig, TrainRunConfig, flatten
 from nmt.translate import Translation, Translator
 
-REQUEST_KEYS = ("attention", "decode", "text", "texts")
+REQUEST_KEYS = ("attention", "beam_tree", "decode", "prefix", "prefixes", "text", "texts")
 # what a request may change; batch_size, max_len_cap and max_src_pieces are the server's limits
 DECODE_KEYS = (
     "strategy", "beam_size", "n_best", "length_penalty", "alpha", "min_len_a", "min_len_b",
@@ -43,6 +43,9 @@ ATTENTION_DECIMALS = 4  # attention weights are rounded to this many decimals on
 # most attention weights returned for one text (all its hypotheses, layers and heads), about 16 MB
 # of JSON: a 1,000-piece source with a long n-best list would otherwise give gigabytes
 MAX_ATTENTION_WEIGHTS = 2_000_000
+# most search-tree nodes returned for one text (about 2 MB of JSON); a beam of K keeps at most
+# 2K nodes a step, so beam 5 over 100 steps stays well within it
+MAX_TREE_NODES = 20_000
 
 
 class BadRequest(Exception):
@@ -58,6 +61,8 @@ class Job:
     texts: list[str]
     decode: DecodeConfig
     attention: bool
+    prefixes: list[str] | None = None  # one per text: the start each translation is forced to
+    tree: bool = False  # return each search tree
 
 
 # --- reading a request -----------------------------------------------------------------------
@@ -102,15 +107,38 @@ def parse_request(body: bytes, cfg: ServeRunConfig) -> Job:
             raise BadRequest(422, '"texts" must be a list of strings')
         if len(texts) > cfg.max_texts:
             raise BadRequest(413, f"{len(texts)} texts: this server takes at most {cfg.max_texts}")
-    chars = sum(len(t) for t in texts)
+    prefixes = _prefixes(data, len(texts))
+    chars = sum(len(t) for t in texts) + sum(len(p) for p in prefixes or [])
     if chars > cfg.max_chars:
         raise BadRequest(413, f"{chars} characters: this server takes at most {cfg.max_chars}")
     if not any(clean(t) for t in texts):
         raise BadRequest(422, "nothing to translate: the text is empty or blank")
-    attention = data.get("attention", False)
-    if not isinstance(attention, bool):
-        raise BadRequest(422, f'"attention" must be true or false, not {_kind(attention)}')
-    return Job(texts, request_decode(cfg.decode, data.get("decode", {}), cfg.max_beam), attention)
+    flags = {}
+    for key in ("attention", "beam_tree"):
+        flags[key] = data.get(key, False)
+        if not isinstance(flags[key], bool):
+            raise BadRequest(422, f'"{key}" must be true or false, not {_kind(flags[key])}')
+    decode = request_decode(cfg.decode, data.get("decode", {}), cfg.max_beam)
+    return Job(texts, decode, flags["attention"], prefixes, flags["beam_tree"])
+
+
+def _prefixes(data: dict, count: int) -> list[str] | None:
+    """The request's forced prefixes, one per text: "prefix" (a string, for every text) or
+    "prefixes" (a list of strings, one per text); None when it gives neither."""
+    if "prefix" in data and "prefixes" in data:
+        raise BadRequest(422, 'give "prefix" (one for every text) or "prefixes", not both')
+    if "prefix" in data:
+        if not isinstance(data["prefix"], str):
+            raise BadRequest(422, f'"prefix" must be a string, not {_kind(data["prefix"])}')
+        return [data["prefix"]] * count
+    if "prefixes" in data:
+        given = data["prefixes"]
+        if not isinstance(given, list) or not all(isinstance(p, str) for p in given):
+            raise BadRequest(422, '"prefixes" must be a list of strings, one per text')
+        if len(given) != count:
+            raise BadRequest(422, f'{len(given)} "prefixes" for {count} texts: give one per text')
+        return given
+    return None
 
 
 def request_decode(defaults: DecodeConfig, given: object, max_beam: int) -> DecodeConfig:
@@ -171,7 +199,7 @@ def _weights(maps: Tensor) -> list:
     return (maps.permute(1, 2, 0, 3).double() * scale).round().div(scale).tolist()
 
 
-def translation_json(t: Translation, attention: bool) -> dict:
+def translation_json(t: Translation, attention: bool, tree: bool = False) -> dict:
     """One translation as the API returns it (see docs/serve.md)."""
     out = {
         "source": t.source,
@@ -179,6 +207,10 @@ def translation_json(t: Translation, attention: bool) -> dict:
         "score": _number(t.score),
         "nbest": [{"text": text, "score": _number(score)} for text, score in t.nbest],
     }
+    if t.prefix_score is not None:
+        out["prefix"] = {"pieces": t.prefix_pieces, "score": _number(t.prefix_score)}
+    if tree:
+        out.update(_tree_json(t))
     if attention:
         maps = [m for _, m in t.nbest_maps]
         weights = sum(m.numel() for m in maps if m is not None)
@@ -198,6 +230,32 @@ def translation_json(t: Translation, attention: bool) -> dict:
                 ],
             }
     return out
+
+
+def _tree_json(t: Translation) -> dict:
+    if t.tree is None:  # a blank text
+        return {"beam_tree": None}
+    nodes = t.tree.nodes
+    if len(nodes) > MAX_TREE_NODES:
+        message = f"{len(nodes)} nodes, more than the {MAX_TREE_NODES} this server returns"
+        return {"beam_tree": None, "beam_tree_omitted": message}
+    return {
+        "beam_tree": {
+            "nodes": [
+                {
+                    "id": i,
+                    "parent": None if n.parent < 0 else n.parent,
+                    "piece": n.piece,
+                    "text": n.text,
+                    "step": n.step,
+                    "score": _number(n.score),
+                    "state": n.state,
+                    "rank": n.rank,
+                }
+                for i, n in enumerate(nodes)
+            ]
+        }
+    }
 
 
 def describe_model(translator: Translator, run: TrainRunConfig, payload: dict) -> dict:

@@ -1,8 +1,11 @@
 // The nmt-serve page: translate as you type, list the n-best hypotheses, draw the attention of the
-// chosen one as a table (rows = target pieces, columns = source pieces). Plain JS, no libraries.
+// chosen one as a table (rows = target pieces, columns = source pieces) and every layer and head
+// as small maps; edit the translation or click a node of the search tree to force its start (the
+// API's "prefix") and let the model write the rest. Plain JS, no libraries.
 "use strict";
 
 const DEBOUNCE_MS = 250;
+const EDIT_DEBOUNCE_MS = 400;  // a translation being edited waits for a longer pause
 const LANGUAGES = { de: "German", en: "English", fr: "French", cs: "Czech", es: "Spanish" };
 
 const $ = (id) => document.getElementById(id);
@@ -11,7 +14,9 @@ const ui = {
   target: $("target"), targetLabel: $("target-label"), error: $("error"),
   strategy: $("strategy"), beamSize: $("beam-size"), nBest: $("n-best"), timing: $("timing"),
   nbest: $("nbest"), mapControls: $("map-controls"), layer: $("layer"), head: $("head"),
-  heatmap: $("heatmap"), status: $("status"),
+  heatmap: $("heatmap"), status: $("status"), prefixNote: $("prefix-note"),
+  prefixText: $("prefix-text"), clearPrefix: $("clear-prefix"), tree: $("tree"),
+  treeToggle: $("tree-toggle"), modelView: $("model-view"),
 };
 
 const state = {
@@ -22,6 +27,8 @@ const state = {
   chosen: 0,      // index of the hypothesis whose attention is drawn
   matrix: null,   // the weights drawn: [T][S]
   cell: [0, 0],   // the heatmap cell that takes focus (row, column)
+  prefix: "",     // the start the translation is forced to ("" = none)
+  showTree: false,
 };
 
 // --- talking to the server -------------------------------------------------------------------
@@ -55,7 +62,7 @@ async function translate() {
     answer = await fetch("/translate", {
       method: "POST",
       headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ text, attention: true, decode: decodeSettings() }),
+      body: JSON.stringify(request(text)),
     });
     body = await answer.json();
   } catch (err) {
@@ -71,9 +78,21 @@ async function translate() {
   show(body.translations[0]);
 }
 
-function later() {
+function request(text) {
+  const body = { text, attention: true, decode: decodeSettings() };
+  if (state.prefix) body.prefix = state.prefix;
+  if (state.showTree) body.beam_tree = true;
+  return body;
+}
+
+function later(wait = DEBOUNCE_MS) {
   clearTimeout(state.timer);
-  state.timer = setTimeout(translate, DEBOUNCE_MS);
+  state.timer = setTimeout(translate, wait);
+}
+
+function setPrefix(prefix) {
+  state.prefix = prefix.trim();
+  translate();
 }
 
 // --- showing a translation -------------------------------------------------------------------
@@ -87,7 +106,9 @@ function show(result) {
   ui.error.hidden = true;
   state.result = result;
   state.chosen = 0;
-  ui.target.textContent = result ? result.text : "";
+  showTarget(result ? result.text : "");
+  showPrefix(result);
+  drawTree(result);
   ui.nbest.replaceChildren();
   for (const [rank, hyp] of (result ? result.nbest : []).entries()) {
     const item = document.createElement("li");
@@ -133,6 +154,126 @@ ui.nbest.addEventListener("keydown", (event) => {
   event.preventDefault();
 });
 
+// --- the translation as a "what if" editor -------------------------------------------------
+
+// While the reader edits the translation, the text before the cursor is the prefix; the new
+// translation replaces the text, and the cursor stays where it was.
+function showTarget(text) {
+  const editing = document.activeElement === ui.target;
+  const at = editing ? caretOffset() : 0;
+  ui.target.textContent = text;
+  if (editing) placeCaret(Math.min(at, text.length));
+}
+
+function caretOffset() {
+  const selection = window.getSelection();
+  if (!selection.rangeCount || !ui.target.contains(selection.focusNode)) {
+    return ui.target.textContent.length;
+  }
+  const before = document.createRange();
+  before.selectNodeContents(ui.target);
+  before.setEnd(selection.focusNode, selection.focusOffset);
+  return before.toString().length;
+}
+
+function placeCaret(offset) {
+  const node = ui.target.firstChild;
+  if (!node) return;
+  const range = document.createRange();
+  range.setStart(node, offset);
+  range.collapse(true);
+  const selection = window.getSelection();
+  selection.removeAllRanges();
+  selection.addRange(range);
+}
+
+function showPrefix(result) {
+  const forced = result && result.prefix;
+  ui.prefixNote.hidden = !state.prefix;
+  if (!state.prefix) return;
+  const score = forced && forced.score !== null ? ` · log-probability ${forced.score.toFixed(3)}` : "";
+  const pieces = forced ? ` over ${forced.pieces} pieces` : "";
+  ui.prefixText.textContent = `Starts with “${state.prefix}”${score}${score ? pieces : ""}`;
+}
+
+ui.target.addEventListener("input", () => {
+  state.prefix = ui.target.textContent.slice(0, caretOffset()).trim();
+  later(EDIT_DEBOUNCE_MS);
+});
+
+ui.target.addEventListener("keydown", (event) => {
+  if (event.key !== "Enter") return;
+  event.preventDefault(); // one line: Enter re-decodes now
+  state.prefix = ui.target.textContent.slice(0, caretOffset()).trim();
+  translate();
+});
+
+ui.clearPrefix.addEventListener("click", () => setPrefix(""));
+
+// --- the search tree -------------------------------------------------------------------------
+
+function drawTree(result) {
+  ui.tree.replaceChildren();
+  const nodes = result && result.beam_tree ? result.beam_tree.nodes : null;
+  if (!state.showTree) return;
+  if (!nodes) {
+    const note = document.createElement("p");
+    note.className = "hint";
+    note.textContent = result && result.beam_tree_omitted
+      ? `The tree is too large to show: ${result.beam_tree_omitted}.` : "";
+    ui.tree.append(note);
+    return;
+  }
+  const children = new Map();
+  for (const node of nodes) {
+    if (node.parent === null) continue;
+    if (!children.has(node.parent)) children.set(node.parent, []);
+    children.get(node.parent).push(node);
+  }
+  ui.tree.append(treeBranch(nodes[0], children));
+}
+
+// a node and, to its right, the column of its children (drawn as Seq2Seq-Vis does, left to right)
+function treeBranch(node, children) {
+  const branch = document.createElement("div");
+  branch.className = "branch";
+  const label = document.createElement("button");
+  label.type = "button";
+  label.className = `node ${node.state}`;
+  label.dataset.id = node.id;
+  const piece = node.parent === null ? "start" : node.piece;
+  const score = document.createElement("small");
+  score.textContent = node.score === null ? "–" : node.score.toFixed(2);
+  label.append(piece, " ", score);
+  if (node.rank !== null) {
+    const rank = document.createElement("span");
+    rank.className = "rank";
+    rank.textContent = `#${node.rank + 1}`;
+    label.append(" ", rank);
+  }
+  const words = node.text ? `“${node.text}”` : "the empty start";
+  label.title = `${words} · log-probability ${score.textContent} · ${node.state}`;
+  label.setAttribute("aria-label", `${piece}: ${label.title}. Translate from here.`);
+  label.addEventListener("click", () => setPrefix(node.text));
+  branch.append(label);
+  const kids = children.get(node.id) || [];
+  if (kids.length) {
+    const column = document.createElement("div");
+    column.className = "children";
+    for (const kid of kids) column.append(treeBranch(kid, children));
+    branch.append(column);
+  }
+  return branch;
+}
+
+ui.treeToggle.addEventListener("click", () => {
+  state.showTree = !state.showTree;
+  ui.treeToggle.setAttribute("aria-expanded", String(state.showTree));
+  ui.treeToggle.textContent = state.showTree ? "Hide" : "Show";
+  ui.tree.hidden = !state.showTree;
+  if (ui.source.value.trim()) translate();
+});
+
 // --- the attention map -----------------------------------------------------------------------
 
 function hypothesis() {
@@ -169,6 +310,7 @@ function matrix(weights) {
 function drawHeatmap() {
   const hyp = hypothesis();
   ui.heatmap.replaceChildren();
+  drawModelView(hyp);
   if (!hyp) {
     ui.status.textContent = state.result ? "This model has no attention to show." : "\u00a0";
     return;
@@ -203,6 +345,54 @@ function drawHeatmap() {
   state.cell = [Math.max(0, Math.min(r, rows.length - 1)), Math.max(0, Math.min(c, src.length - 1))];
   if (rows.length && src.length) cellAt(...state.cell).tabIndex = 0;
   ui.status.textContent = "\u00a0";
+}
+
+// every layer x head of the hypothesis as a small map: a canvas of T x S pixels, scaled up
+function drawModelView(hyp) {
+  ui.modelView.replaceChildren();
+  if (!hyp) return;
+  for (const [l, heads] of hyp.weights.entries()) {
+    const row = document.createElement("div");
+    row.className = "model-row";
+    const name = document.createElement("span");
+    name.className = "model-row-name";
+    name.textContent = `layer ${l + 1}`;
+    row.append(name);
+    for (const [h, weights] of heads.entries()) {
+      const cell = document.createElement("button");
+      cell.type = "button";
+      cell.className = "head-map";
+      cell.dataset.layer = l;
+      cell.dataset.head = h;
+      const chosen = ui.layer.value === String(l) && ui.head.value === String(h);
+      cell.setAttribute("aria-pressed", String(chosen));
+      cell.setAttribute("aria-label", `layer ${l + 1}, head ${h + 1}: enlarge`);
+      cell.title = `layer ${l + 1}, head ${h + 1}`;
+      cell.append(smallMap(weights));
+      cell.addEventListener("click", () => {
+        ui.layer.value = String(l);
+        ui.head.value = String(h);
+        drawHeatmap();
+        ui.modelView.querySelector(`[data-layer="${l}"][data-head="${h}"]`).focus();
+      });
+      row.append(cell);
+    }
+    ui.modelView.append(row);
+  }
+}
+
+function smallMap(weights) {
+  const canvas = document.createElement("canvas");
+  canvas.width = weights[0] ? weights[0].length : 1;
+  canvas.height = Math.max(1, weights.length);
+  const paint = canvas.getContext("2d");
+  for (const [t, row] of weights.entries()) {
+    for (const [s, weight] of row.entries()) {
+      paint.fillStyle = colour(weight);
+      paint.fillRect(s, t, 1, 1);
+    }
+  }
+  return canvas;
 }
 
 function cellAt(row, col) {
@@ -291,7 +481,10 @@ function syncControls() {
   ui.nBest.disabled = strategy === "greedy";
 }
 
-ui.source.addEventListener("input", later);
+ui.source.addEventListener("input", () => {
+  state.prefix = ""; // a new source: the model writes the whole translation again
+  later();
+});
 ui.strategy.addEventListener("change", () => { syncControls(); translate(); });
 ui.beamSize.addEventListener("change", translate);
 ui.nBest.addEventListener("change", translate);
