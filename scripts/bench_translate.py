@@ -70,6 +70,9 @@ def main() -> None:
     )
     parser.add_argument("--shortlist-frequent", type=int, default=100)
     parser.add_argument(
+        "--tree", action="store_true", help="record each search tree (the API's beam_tree)"
+    )
+    parser.add_argument(
         "--precision", default="fp32", choices=[p.value for p in Precision], help="decode.precision"
     )
     args = parser.parse_args()
@@ -81,6 +84,7 @@ def main() -> None:
     if args.limit:
         sentences = sentences[: args.limit]
     results = []
+    recording = {"tree": True} if args.tree else {}  # absent: also runs against older versions
     for strategy in args.strategies:
         for batch_size in args.batch_sizes:
             cfg = decode_config(
@@ -96,7 +100,7 @@ def main() -> None:
             times = []
             for _ in range(args.repeats):
                 start = time.perf_counter()
-                outputs = translator.translate_full(sentences, attention=False)
+                outputs = translator.translate_full(sentences, attention=False, **recording)
                 if device.type == "cuda":
                     torch.cuda.synchronize()
                 times.append(time.perf_counter() - start)
@@ -108,6 +112,7 @@ def main() -> None:
                     "beam_size": cfg.beam_size if strategy == "beam" else 1,
                     "batch_size": batch_size,
                     "decode": cfg.describe(),
+                    "tree": args.tree,
                     "sentences": len(sentences),
                     "median_s": round(seconds, 3),
                     "sentences_per_s": round(len(sentences) / seconds, 1),
