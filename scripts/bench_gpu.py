@@ -1,11 +1,19 @@
-"""GPU benchmark: training tokens/s and peak memory, translation tokens/s; one JSON document.
+"""GPU benchmark: training tokens/s, MFU and peak memory, translation tokens/s; one JSON document.
 
     scripts/bench_gpu.sh [--out FILE]             # on a CUDA machine: under 10 minutes on one H100
     scripts/bench_gpu.sh --device cpu --quick     # the same pipeline, tiny, on the CPU (a check)
 
 Training rows: GRU + Bahdanau (emb 256, hidden 256), Transformer small and base, each in fp32 and
-bf16, each without and with `train.compile=true`, timed by `scripts/bench_train.py` (which reports
-the median target tokens/s of its windows and the peak GPU memory allocated by the timed updates).
+bf16, at batches of 4,096, 16,384 and 32,768 target tokens (`--batch-tokens`), each without and
+with `train.compile=true`, timed by `scripts/bench_train.py` (which reports the median target
+tokens/s of its windows and the peak GPU memory allocated by the timed updates).
+
+MFU: each training row also reports the model FLOPs it ran per second and their fraction of the
+device's peak in that precision. Model FLOPs per target token are counted as 6 x parameters (a
+multiply-add per parameter forward, two backward; the encoder's source tokens taken as one per
+target token, attention's length-squared products and the recurrent cells' elementwise work left
+out), so MFU is comparable across batch sizes and precisions of one model. The peak is measured
+in the same run, first: one big matrix product per precision (`scripts/bench_matmul.py --peak`).
 Translation rows: a GRU + Bahdanau and a Transformer small checkpoint trained here for a few
 hundred updates, timed by `scripts/bench_translate.py` (greedy and beam 5, batch 64 over the whole
 test file and batch 1 over its first sentences).
@@ -13,7 +21,8 @@ test file and batch 1 over its first sentences).
 Every row runs in its own process (a fresh CUDA context: peak memory and compilation caches are
 not shared) under a time limit, and the whole run under a budget (`--budget-s`): a row that does
 not fit is recorded as skipped with the reason, never silently dropped. Rows run cheapest and most
-informative first (eager training, translation, then compiled training). Progress goes to stderr;
+informative first (the peak, eager training at the first batch size, translation, eager training
+at the larger batches, then compiled training). Progress goes to stderr;
 the JSON goes to stdout and, with `--out FILE`, to FILE.
 """
 
@@ -53,6 +62,7 @@ QUICK_SIZES = {
 }  # fmt: skip
 TRANSLATE_MODELS = ["transformer_small", "gru_bahdanau"]
 PRECISIONS = ["fp32", "bf16"]
+BATCH_TOKENS = [4096, 16384, 32768]  # --quick: 600 and 1,200
 
 
 def log(message: str) -> None:
@@ -168,41 +178,79 @@ def choose_data(args: argparse.Namespace, quick_dir: Path) -> tuple[dict, list[s
     return {"name": "demo", "dir": str(DEMO)}, overrides, DEMO / "test.de"
 
 
-def train_rows(args, budget: Budget, data: list[str], compiled: bool, can_compile: bool) -> list:
+def peak_row(args, budget: Budget) -> dict:
+    """The device's measured peak TFLOP/s in fp32 and bf16 (the MFU denominators)."""
+    argv = [sys.executable, "scripts/bench_matmul.py", "--peak", "--device", args.device]
+    argv += ["--repeats", "3", *(["--size", "512"] if args.quick else [])]
+    log("peak: one big matrix product per precision")
+    result, why = budget.run_json(argv)
+    if result is None:
+        log(f"  skipped: {why}")
+        return {"skipped": why}
+    log(f"  {result['peak_tflops']} TFLOP/s")
+    return {"size": result["size"], "peak_tflops": result["peak_tflops"]}
+
+
+def model_flops(parameters: int, tokens_per_s: float, peak_tflops: float | None) -> dict:
+    """Model TFLOP/s of a training row and its MFU: 6 x parameters per target token (the
+    module's docstring says what that counts), over the peak of the row's precision."""
+    tflops = 6 * parameters * tokens_per_s / 1e12
+    mfu = round(tflops / peak_tflops, 4) if peak_tflops else None
+    return {"model_tflops": round(tflops, 4), "mfu": mfu}
+
+
+def train_rows(
+    args,
+    budget: Budget,
+    data: list[str],
+    compiled: bool,
+    can_compile: bool,
+    peak: dict,
+    sizes: list[int],
+) -> list:
+    """One row per batch size (of `sizes`), model and precision."""
     rows = []
-    for name, model in MODELS.items():
-        for precision in PRECISIONS:
-            row = {"model": name, "precision": precision, "compile": compiled}
-            if compiled and not can_compile:
-                rows.append({**row, "skipped": "train.compile not available"})
-                continue
-            overrides = [
-                *data, *model, *(QUICK_SIZES[name] if args.quick else []),
-                f"device={args.device}", f"train.precision={precision}",
-                f"train.batch_tokens={args.batch_tokens}",
-                *([f"train.compile={str(compiled).lower()}"] if can_compile else []),
-            ]  # fmt: skip
-            argv = [sys.executable, "scripts/bench_train.py", *overrides]
-            argv += ["--windows", str(args.windows), "--steps", str(args.steps)]
-            log(f"train {name} {precision}{' compiled' if compiled else ''}")
-            result, why = budget.run_json(argv)
-            if result is None:
-                rows.append({**row, "skipped": why})
-                log(f"  skipped: {why}")
-                continue
-            rows.append(
-                {
-                    **row,
-                    "tgt_tokens_per_s": result["median_tgt_tokens_per_s"],
-                    "windows_tgt_tokens_per_s": result["windows_tgt_tokens_per_s"],
-                    "peak_memory_mib": result.get("peak_memory_mib"),
-                    "parameters": result["parameters"],
-                    "batch_tokens": result["batch_tokens"],
-                    "steps_per_window": result["steps_per_window"],
-                }
-            )
-            done = rows[-1]
-            log(f"  {done['tgt_tokens_per_s']} tgt tokens/s, peak {done['peak_memory_mib']} MiB")
+    peaks = peak.get("peak_tflops", {})
+    for batch_tokens in sizes:
+        for name, model in MODELS.items():
+            for precision in PRECISIONS:
+                row = {
+                    "model": name, "precision": precision, "compile": compiled,
+                    "batch_tokens": batch_tokens,
+                }  # fmt: skip
+                if compiled and not can_compile:
+                    rows.append({**row, "skipped": "train.compile not available"})
+                    continue
+                overrides = [
+                    *data, *model, *(QUICK_SIZES[name] if args.quick else []),
+                    f"device={args.device}", f"train.precision={precision}",
+                    f"train.batch_tokens={batch_tokens}",
+                    *([f"train.compile={str(compiled).lower()}"] if can_compile else []),
+                ]  # fmt: skip
+                argv = [sys.executable, "scripts/bench_train.py", *overrides]
+                argv += ["--windows", str(args.windows), "--steps", str(args.steps)]
+                log(f"train {name} {precision} {batch_tokens}{' compiled' if compiled else ''}")
+                result, why = budget.run_json(argv)
+                if result is None:
+                    rows.append({**row, "skipped": why})
+                    log(f"  skipped: {why}")
+                    continue
+                speed = result["median_tgt_tokens_per_s"]
+                rows.append(
+                    {
+                        **row,
+                        "tgt_tokens_per_s": speed,
+                        "windows_tgt_tokens_per_s": result["windows_tgt_tokens_per_s"],
+                        **model_flops(result["parameters"], speed, peaks.get(precision)),
+                        "peak_memory_mib": result.get("peak_memory_mib"),
+                        "parameters": result["parameters"],
+                        "steps_per_window": result["steps_per_window"],
+                    }
+                )
+                done = rows[-1]
+                log(
+                    f"  {speed} tgt tokens/s, MFU {done['mfu']}, peak {done['peak_memory_mib']} MiB"
+                )
     return rows
 
 
@@ -269,14 +317,18 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, help="wall-clock budget of the whole run")
     parser.add_argument("--row-timeout-s", type=float, help="time limit of one row")
     parser.add_argument(
-        "--parts", default="eager,translate,compiled",
-        help="which rows, comma-separated: eager (training), translate, compiled (training)",
+        "--parts", default="peak,eager,translate,compiled",
+        help="which rows, comma-separated: peak (the matmul peak, for MFU), eager (training), "
+        "translate, compiled (training)",
     )  # fmt: skip
+    parser.add_argument(
+        "--batch-tokens", help="training batch sizes, comma-separated (default 4096,16384,32768)"
+    )
     args = parser.parse_args()
     started = time.monotonic()
     parts = set(args.parts.split(","))
-    if not parts <= {"eager", "translate", "compiled"}:
-        parser.error(f"--parts {args.parts}: choose from eager, translate, compiled")
+    if not parts <= {"peak", "eager", "translate", "compiled"}:
+        parser.error(f"--parts {args.parts}: choose from peak, eager, translate, compiled")
 
     import torch
 
@@ -288,7 +340,10 @@ def main() -> None:
         )
     # sizes of the runs: a full GPU run fits 10 minutes on one H100; --quick fits 2 on 2 cores
     quick = args.quick
-    args.batch_tokens = 600 if quick else 4096
+    default_sizes = [600, 1200] if quick else BATCH_TOKENS
+    args.batch_tokens = (
+        [int(n) for n in args.batch_tokens.split(",")] if args.batch_tokens else (default_sizes)
+    )
     args.windows, args.steps = (1, 3) if quick else (3, 20)
     args.translate_train_steps = 20 if quick else 300
     args.repeats = 1 if quick else 3
@@ -305,13 +360,20 @@ def main() -> None:
         can_compile = compile_available(data)
         if not can_compile:
             log("train.compile is not a key of this checkout's config: compiled rows skipped")
-        eager, translation, compiled = [], [], []
+        eager, translation, compiled, peak = [], [], [], {}
+        if "peak" in parts:
+            peak = peak_row(args, budget)
+        first, larger = args.batch_tokens[:1], args.batch_tokens[1:]
+        # the first batch size, translation, then the larger batches: a budget that runs out
+        # skips the rows that cost most
         if "eager" in parts:
-            eager = train_rows(args, budget, data, False, can_compile)
+            eager = train_rows(args, budget, data, False, can_compile, peak, first)
         if "translate" in parts:
             translation = translate_rows(args, budget, data, source, work)
+        if "eager" in parts:
+            eager += train_rows(args, budget, data, False, can_compile, peak, larger)
         if "compiled" in parts:
-            compiled = train_rows(args, budget, data, True, can_compile)
+            compiled = train_rows(args, budget, data, True, can_compile, peak, args.batch_tokens)
 
     report = {
         "benchmark": "bench_gpu",
@@ -329,6 +391,7 @@ def main() -> None:
             "row_timeout_s": args.row_timeout_s,
             "parts": sorted(parts),
         },
+        "peak": peak,
         "train": eager + compiled,
         "translate": translation,
         "wall_s": round(time.monotonic() - started, 1),
