@@ -120,7 +120,8 @@ class Translator:
         index = [i for i, text in enumerate(cleaned) if text]
         ids, _ = source_ids(self.vocabs.src, [cleaned[i] for i in index], decode.max_src_pieces)
         sources = Sources(ids, index, len(texts))  # as read_sources, without its warnings
-        _prefix_ids(self.vocabs.tgt, [prefixes[i] for i in sources.index], sources, decode, 1)
+        wanted = [prefixes[i] for i in sources.index]
+        _prefix_ids(self.vocabs.tgt, wanted, sources, decode, 1, "text")
 
     def translate(
         self,
@@ -198,25 +199,31 @@ class Translator:
 
 
 def _prefix_ids(
-    vocab: Vocab, prefixes: list[str], sources: Sources, decode: DecodeConfig, first_line: int
+    vocab: Vocab,
+    prefixes: list[str],
+    sources: Sources,
+    decode: DecodeConfig,
+    first_line: int,
+    noun: str = "line",
 ) -> list[list[int]]:
     """The target ids of each prefix ([] for none), checked against the vocabulary and against
-    the length limit of its source; `sources` are the non-blank texts' `Sources`."""
+    the length limit of its source; `sources` are the non-blank texts' `Sources`. An error names
+    the prefix's `noun` ("line" of a file, "text" of a request) and number."""
     cleaned = [clean(p) for p in prefixes]
     ids = vocab.encode(cleaned) if any(cleaned) else [[] for _ in cleaned]
     for k, (text, pieces) in enumerate(zip(cleaned, ids)):
-        line = first_line + sources.index[k]
+        line = f"{noun} {first_line + sources.index[k]}"
         if UNK in pieces:
             # the pieces as sentencepiece writes them (a character it never saw: its bytes)
             lacking = [p for p, i in zip(vocab.sp.Encode(text, out_type=str), pieces) if i == UNK]
             raise NMTError(
-                f"line {line}: the prefix {text!r} needs pieces the target vocabulary lacks "
+                f"{line}: the prefix {text!r} needs pieces the target vocabulary lacks "
                 f"(the model never produces them): {' '.join(dict.fromkeys(lacking))}"
             )
         limit = decode.max_len(len(sources.ids[k]))
         if len(pieces) >= limit:
             raise NMTError(
-                f"line {line}: the prefix has {len(pieces)} pieces, and a translation of this "
+                f"{line}: the prefix has {len(pieces)} pieces, and a translation of this "
                 f"source may have at most {limit} pieces (decode.max_len_a * source pieces + "
                 f"decode.max_len_b, capped at decode.max_len_cap), the end included"
             )

@@ -326,7 +326,7 @@ BAD = [
     ("prefix-and-prefixes", {"text": "a", "prefix": "", "prefixes": [""]}, 422, "not both"),
     ("prefixes-not-a-list", {"texts": ["a"], "prefixes": "x"}, 422, "list of strings"),
     ("prefixes-miscounted", {"texts": ["a", "b"], "prefixes": ["x"]}, 422, "one per text"),
-    ("prefix-unwritable", {"text": "Hallo", "prefix": "漢字"}, 422, "lacks"),
+    ("prefix-unwritable", {"texts": ["Hallo", "Hallo"], "prefixes": ["", "漢字"]}, 422, "text 2:"),
     ("prefix-too-long", {"text": "Hallo", "prefix": "I see " * 20}, 422, "at most"),
     ("prefix-too-long-chars", {"text": "Hallo", "prefix": LONG}, 413, "at most 300"),
     ("beam-tree-not-a-bool", {"text": "a", "beam_tree": 1}, 422, '"beam_tree" must be true'),
