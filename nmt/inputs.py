@@ -1,5 +1,6 @@
 """The one path every translator's input takes: text cleaned, blank texts set aside, sources cut to
-`decode.max_src_pieces` and tokenized, and then batched by length.
+`decode.max_src_pieces` and tokenized, forced prefixes tokenized and checked, and then batched by
+length.
 
 `nmt.translate.Translator`, the exported runtime (`nmt.export.runtime.ExportedTranslator`) and the
 CTranslate2 runner (`nmt.export.ct2.CT2Translator`) all read their input through `read_sources`
@@ -19,7 +20,9 @@ import re
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
-from nmt.tokenizer import EOS, Vocab
+from nmt.config import DecodeConfig
+from nmt.errors import NMTError
+from nmt.tokenizer import EOS, UNK, Vocab
 
 log = logging.getLogger(__name__)
 
@@ -114,3 +117,37 @@ def length_batches(
     if same is not None:  # sorted by length, sources with equal `same` are mostly neighbours
         runs = [list(run) for _, run in itertools.groupby(order, key=lambda i: same(lengths[i]))]
     return [run[start : start + size] for run in runs for start in range(0, len(run), size)]
+
+
+def prefix_ids(
+    vocab: Vocab,
+    prefixes: list[str],
+    sources: Sources,
+    decode: DecodeConfig,
+    first_line: int = 1,
+    noun: str = "line",
+) -> list[list[int]]:
+    """The target ids of the forced prefix of each non-blank text ([] for none; `prefixes[k]`
+    is that of `sources.ids[k]`), cleaned and tokenized with the target `vocab`. A prefix with a
+    piece the vocabulary lacks (pruned, or the bytes of a character it never saw), or with as
+    many pieces as the length limit lets its translation have, is an NMTError naming the
+    prefix's `noun` ("line" of a file, "text" of a request) and number."""
+    cleaned = [clean(p) for p in prefixes]
+    ids = vocab.encode(cleaned) if any(cleaned) else [[] for _ in cleaned]
+    for k, (text, pieces) in enumerate(zip(cleaned, ids)):
+        line = f"{noun} {first_line + sources.index[k]}"
+        if UNK in pieces:
+            # the pieces as sentencepiece writes them (a character it never saw: its bytes)
+            lacking = [p for p, i in zip(vocab.sp.Encode(text, out_type=str), pieces) if i == UNK]
+            raise NMTError(
+                f"{line}: the prefix {text!r} needs pieces the target vocabulary lacks "
+                f"(the model never produces them): {' '.join(dict.fromkeys(lacking))}"
+            )
+        limit = decode.max_len(len(sources.ids[k]))
+        if len(pieces) >= limit:
+            raise NMTError(
+                f"{line}: the prefix has {len(pieces)} pieces, and a translation of this "
+                f"source may have at most {limit} pieces (decode.max_len_a * source pieces + "
+                f"decode.max_len_b, capped at decode.max_len_cap), the end included"
+            )
+    return ids

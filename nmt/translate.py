@@ -32,12 +32,12 @@ from nmt.checkpoint import Checkpoint, load_checkpoint
 from nmt.config import DecodeConfig
 from nmt.device import check_precision, resolve_device
 from nmt.errors import NMTError
-from nmt.inputs import Sources, clean, read_sources, source_ids
+from nmt.inputs import Sources, clean, prefix_ids, read_sources, source_ids
 from nmt.lexicon import NO_LEXICON, Lexicon
 from nmt.models import restore_model
 from nmt.models.seq2seq import Seq2Seq
 from nmt.search import search_all
-from nmt.tokenizer import EOS, UNK, Vocab, Vocabs
+from nmt.tokenizer import EOS, Vocab, Vocabs
 
 
 @dataclass
@@ -121,7 +121,7 @@ class Translator:
         ids, _ = source_ids(self.vocabs.src, [cleaned[i] for i in index], decode.max_src_pieces)
         sources = Sources(ids, index, len(texts))  # as read_sources, without its warnings
         wanted = [prefixes[i] for i in sources.index]
-        _prefix_ids(self.vocabs.tgt, wanted, sources, decode, 1, "text")
+        prefix_ids(self.vocabs.tgt, wanted, sources, decode, 1, "text")
 
     def translate(
         self,
@@ -161,12 +161,12 @@ class Translator:
             raise NMTError(f"{len(prefixes)} prefixes for {len(texts)} texts: give one per text")
         sources = read_sources(self.vocabs.src, texts, decode.max_src_pieces, first_line)
         wanted = [decode.prefix] * len(texts) if prefixes is None else prefixes
-        prefix_ids = _prefix_ids(
+        forced_ids = prefix_ids(
             self.vocabs.tgt, [wanted[i] for i in sources.index], sources, decode, first_line
         )
         searched = search_all(
             self.model, sources.ids, decode, self.device, attention, self.lexicon,
-            prefix_ids if any(prefix_ids) else None, tree,
+            forced_ids if any(forced_ids) else None, tree,
         )  # fmt: skip
         nbests = [d.nbest for d in searched]
         flat = [h.tokens for hyps in nbests for h in hyps]
@@ -174,7 +174,7 @@ class Translator:
         decoded = iter([clean(t) for t in self.vocabs.tgt.decode(flat)] if flat else [])
         results = []
         for i, ids, hyps, forced, done in zip(
-            sources.index, sources.ids, nbests, prefix_ids, searched
+            sources.index, sources.ids, nbests, forced_ids, searched
         ):
             nbest = [(next(decoded), h.normalized) for h in hyps]
             pieces = [self.vocabs.tgt.id_to_piece(h.tokens + [EOS] * h.ended) for h in hyps]
@@ -196,38 +196,6 @@ class Translator:
                 )
             )
         return sources.place(results, lambda i: _blank(texts[i]))
-
-
-def _prefix_ids(
-    vocab: Vocab,
-    prefixes: list[str],
-    sources: Sources,
-    decode: DecodeConfig,
-    first_line: int,
-    noun: str = "line",
-) -> list[list[int]]:
-    """The target ids of each prefix ([] for none), checked against the vocabulary and against
-    the length limit of its source; `sources` are the non-blank texts' `Sources`. An error names
-    the prefix's `noun` ("line" of a file, "text" of a request) and number."""
-    cleaned = [clean(p) for p in prefixes]
-    ids = vocab.encode(cleaned) if any(cleaned) else [[] for _ in cleaned]
-    for k, (text, pieces) in enumerate(zip(cleaned, ids)):
-        line = f"{noun} {first_line + sources.index[k]}"
-        if UNK in pieces:
-            # the pieces as sentencepiece writes them (a character it never saw: its bytes)
-            lacking = [p for p, i in zip(vocab.sp.Encode(text, out_type=str), pieces) if i == UNK]
-            raise NMTError(
-                f"{line}: the prefix {text!r} needs pieces the target vocabulary lacks "
-                f"(the model never produces them): {' '.join(dict.fromkeys(lacking))}"
-            )
-        limit = decode.max_len(len(sources.ids[k]))
-        if len(pieces) >= limit:
-            raise NMTError(
-                f"{line}: the prefix has {len(pieces)} pieces, and a translation of this "
-                f"source may have at most {limit} pieces (decode.max_len_a * source pieces + "
-                f"decode.max_len_b, capped at decode.max_len_cap), the end included"
-            )
-    return ids
 
 
 def _with_pieces(tree: BeamTree, vocab: Vocab) -> BeamTree:

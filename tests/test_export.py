@@ -317,3 +317,28 @@ def test_every_translator_reads_the_same_odd_lines_alike(checkpoints, tmp_path):
     )
     assert [ours[1], ours[2], ours[3]] == [plain[0], plain[1], plain[1]]
     assert len(ckpt.vocabs.src.encode([lines[-1]])[0]) > 256  # the cut is exercised
+
+
+def test_every_translator_forces_the_same_prefixes_alike(checkpoints, tmp_path):
+    """The exported runtime and the CTranslate2 runner take `prefixes` as `Translator` does:
+    the same forced starts give the same greedy translations through all three."""
+    pytest.importorskip("ctranslate2")
+    from nmt.export.ct2 import CT2Translator
+
+    ckpt = load_checkpoint(checkpoints["transformer-pre"])
+    lines = ["Ich sehe zwei Hunde.", "Er zählt zwölf Katzen.", "", "Wir kaufen vierzig Stühle."]
+    decode = DecodeConfig()
+    ours = Translator.from_checkpoint(ckpt, decode, "cpu")
+    free = ours.translate(lines)
+    # the start of another line's translation: one the model would not choose here
+    prefixes = [free[1].split()[0], "", "ignored: a blank line", " ".join(free[0].split()[:2])]
+    want = ours.translate(lines, prefixes=prefixes)
+    assert want[0].startswith(prefixes[0]) and want[1] == free[1] and want[2] == ""
+    assert want[0] != free[0] and want[3] != free[3]  # the prefixes changed those two
+    graphs = export_checkpoint(ckpt, ExportFormat.onnx, tmp_path / "graphs")
+    exported = ExportedTranslator(graphs, decode, threads=1)
+    assert exported.translate(lines, prefixes=prefixes) == want
+    ct2 = CT2Translator(export_checkpoint(ckpt, ExportFormat.ctranslate2, tmp_path / "ct2"), decode)
+    assert ct2.translate(lines, prefixes=prefixes) == want
+    with pytest.raises(NMTError, match="line 2: the prefix .* lacks"):
+        exported.translate(lines, prefixes=["", "漢字", "", ""])

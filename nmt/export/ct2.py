@@ -42,7 +42,7 @@ from nmt.config import (
 )
 from nmt.errors import NMTError
 from nmt.export.runtime import manifest_vocabs, read_manifest
-from nmt.inputs import clean, length_batches, read_sources
+from nmt.inputs import clean, length_batches, prefix_ids, read_sources
 from nmt.models.transformer import sinusoids
 from nmt.tokenizer import BOS, EOS, UNK, Vocab
 
@@ -269,10 +269,12 @@ def translate_pieces(
     eos: str = "</s>",
     model: ModelConfig | None = None,
     exact_limits: bool = True,
+    prefixes: list[list[str]] | None = None,
 ) -> list[list[tuple[list[str], float]]]:
     """Translate source pieces (without EOS: the model adds it) with a `ctranslate2.Translator`
     in length-sorted batches, as `nmt.search.decode_all` batches; n-best lists of (target pieces
     without the `eos` piece, score) in input order. The score is our `Hypothesis.normalized`.
+    `prefixes` (target pieces, one list per source) go to CTranslate2's `target_prefix`.
 
     CTranslate2 takes one length limit per call; ours depends on the source length. With
     `exact_limits` the length-sorted sources are cut into batches of at most `cfg.batch_size`
@@ -288,6 +290,8 @@ def translate_pieces(
     for index in batches:
         sources = [pieces[i] for i in index]
         options = decode_options(cfg, [len(p) + 1 for p in sources], model)
+        if prefixes is not None and any(prefixes[i] for i in index):
+            options["target_prefix"] = [prefixes[i] for i in index]
         for i, result in zip(index, translator.translate_batch(sources, **options)):
             out[i] = [
                 (tokens[:-1] if tokens and tokens[-1] == eos else tokens, score)
@@ -334,12 +338,15 @@ class CT2Translator:
         decode: DecodeConfig | None = None,
         first_line: int = 1,
         exact_limits: bool = True,
+        prefixes: list[str] | None = None,
     ) -> list[str]:
         """The best translation of each text; blank texts give blank translations. See
-        `translate_pieces` for `exact_limits`."""
+        `translate_pieces` for `exact_limits`; `prefixes` (one per text) force the start of
+        each translation, as the Translator's."""
         nbests = self.hypotheses(
-            texts, decode=decode, first_line=first_line, exact_limits=exact_limits
-        )
+            texts, decode=decode, first_line=first_line, exact_limits=exact_limits,
+            prefixes=prefixes,
+        )  # fmt: skip
         return self.detokenize([nbest[0][0] if nbest else [] for nbest in nbests])
 
     def detokenize(self, pieces: list[list[str]]) -> list[str]:
@@ -354,12 +361,18 @@ class CT2Translator:
         decode: DecodeConfig | None = None,
         first_line: int = 1,
         exact_limits: bool = True,
+        prefixes: list[str] | None = None,
     ) -> list[list[tuple[list[str], float]]]:
         """Each text's n-best list of (target pieces, normalised score); [] for a blank text."""
         decode = decode or self.decode
         sources = read_sources(self.src_vocab, texts, decode.max_src_pieces, first_line)
         pieces = [self.src_vocab.id_to_piece(ids[:-1]) for ids in sources.ids]  # CT2 adds EOS
+        forced = None
+        if prefixes is not None:
+            wanted = [prefixes[i] for i in sources.index]
+            ids = prefix_ids(self.tgt_vocab, wanted, sources, decode, first_line)
+            forced = [self.tgt_vocab.id_to_piece(p) for p in ids]
         nbests = translate_pieces(
-            self.translator, pieces, decode, self.eos, self.model, exact_limits
+            self.translator, pieces, decode, self.eos, self.model, exact_limits, forced
         )
         return sources.place(nbests, lambda i: [])

@@ -24,7 +24,7 @@ import numpy as np
 
 from nmt.config import DecodeConfig
 from nmt.errors import NMTError
-from nmt.inputs import clean, length_batches, read_sources
+from nmt.inputs import clean, length_batches, prefix_ids, read_sources
 from nmt.tokenizer import BOS, EOS, PAD, Vocab
 
 MANIFEST = "manifest.json"
@@ -119,21 +119,36 @@ class ExportedTranslator:
         self.src_vocab, self.tgt_vocab = manifest_vocabs(self.directory, self.manifest)
 
     def translate(
-        self, texts: list[str], *, decode: DecodeConfig | None = None, first_line: int = 1
+        self,
+        texts: list[str],
+        *,
+        decode: DecodeConfig | None = None,
+        first_line: int = 1,
+        prefixes: list[str] | None = None,
     ) -> list[str]:
         """The greedy translation of each text, read as `nmt.translate.Translator` reads it
         (`nmt.inputs`): blank texts give blank translations, and a source longer than
         decode.max_src_pieces is cut to its first pieces, with a warning logged. `decode`
-        (default: the one given at construction) sets the limits and the batch size."""
+        (default: the one given at construction) sets the limits and the batch size;
+        `prefixes` (one per text) force the start of each translation, as the Translator's."""
         decode = decode or self.decode
         sources = read_sources(self.src_vocab, texts, decode.max_src_pieces, first_line)
-        decoded = self.greedy(sources.ids, decode)
+        forced = None
+        if prefixes is not None:
+            wanted = [prefixes[i] for i in sources.index]
+            forced = prefix_ids(self.tgt_vocab, wanted, sources, decode, first_line)
+        decoded = self.greedy(sources.ids, decode, forced)
         outputs = self.tgt_vocab.decode([d.tokens for d in decoded]) if decoded else []
         return sources.place([clean(text) for text in outputs], lambda i: "")
 
-    def greedy(self, src_ids: list[list[int]], decode: DecodeConfig | None = None) -> list[Decoded]:
+    def greedy(
+        self,
+        src_ids: list[list[int]],
+        decode: DecodeConfig | None = None,
+        prefixes: list[list[int]] | None = None,
+    ) -> list[Decoded]:
         """Decode sources (ids ending in EOS) in length-sorted batches; results in input order."""
-        return greedy(self.session, self.manifest, src_ids, decode or self.decode)
+        return greedy(self.session, self.manifest, src_ids, decode or self.decode, prefixes)
 
 
 def manifest_vocabs(directory: Path, manifest: dict) -> tuple[Vocab, Vocab]:
@@ -150,25 +165,35 @@ def manifest_vocabs(directory: Path, manifest: dict) -> tuple[Vocab, Vocab]:
 
 
 def greedy(
-    session, manifest: dict, src_ids: list[list[int]], decode: DecodeConfig
+    session,
+    manifest: dict,
+    src_ids: list[list[int]],
+    decode: DecodeConfig,
+    prefixes: list[list[int]] | None = None,
 ) -> list[Decoded]:
     """Greedy decoding of sources (ids ending in EOS) in length-sorted batches of
     `decode.batch_size`, results in input order. `session.run(graph, inputs) -> outputs` runs
     "encoder" or "decoder_step" on numpy arrays by name (`OnnxSession`, `TorchScriptSession`, or
-    `nmt.export.graphs.Graphs` itself); `manifest` connects them."""
+    `nmt.export.graphs.Graphs` itself); `manifest` connects them. `prefixes` (target ids, one
+    list per source) are forced as `nmt.search` forces them."""
     results: list[Decoded] = [Decoded([], 0.0, False)] * len(src_ids)
     for index in length_batches([len(ids) for ids in src_ids], decode.batch_size):
-        for i, result in zip(
-            index, greedy_batch(session, manifest, [src_ids[i] for i in index], decode)
-        ):
+        forced = None if prefixes is None else [prefixes[i] for i in index]
+        batch = greedy_batch(session, manifest, [src_ids[i] for i in index], decode, forced)
+        for i, result in zip(index, batch):
             results[i] = result
     return results
 
 
 def greedy_batch(
-    session, manifest: dict, src_ids: list[list[int]], decode: DecodeConfig
+    session,
+    manifest: dict,
+    src_ids: list[list[int]],
+    decode: DecodeConfig,
+    prefixes: list[list[int]] | None = None,
 ) -> list[Decoded]:
-    """One padded batch, as `nmt.search.greedy`."""
+    """One padded batch, as `nmt.search.greedy`: a row whose prefix has a piece at step t takes
+    it, scored with the model's log-probability before the minimum length blocks EOS."""
     batch = len(src_ids)
     lens = np.array([len(s) for s in src_ids], dtype=np.int64)
     src = np.full((batch, int(lens.max())), PAD, dtype=np.int64)
@@ -183,17 +208,24 @@ def greedy_batch(
 
     tokens: list[list[int]] = [[] for _ in range(batch)]
     scores = np.zeros(batch, dtype=np.float32)
+    width = max((len(p) for p in prefixes), default=0) if prefixes is not None else 0
+    forced = np.full((batch, width), -1, dtype=np.int64)  # (B, P), -1 past each prefix
+    for row, ids in enumerate(prefixes or []):
+        forced[row, : len(ids)] = ids
     alive = np.arange(batch)  # original rows still decoding
     prev = np.full(batch, BOS, dtype=np.int64)
     for t in range(int(max_len.max())):
         out = session.run("decoder_step", {"prev": prev, **state, **memory})
         log_probs = out["log_probs"]
+        rows = np.arange(len(alive))
+        must = forced[alive, t] if t < width else np.full(len(alive), -1)
+        taken = log_probs[rows, np.maximum(must, 0)]  # before EOS is blocked
         blocked = t < min_len[alive]
         if blocked.any():
             log_probs = log_probs.copy()
             log_probs[blocked, EOS] = -np.inf
-        choice = log_probs.argmax(axis=1)
-        scores[alive] += log_probs[np.arange(len(alive)), choice]
+        choice = np.where(must >= 0, must, log_probs.argmax(axis=1))
+        scores[alive] += np.where(must >= 0, taken, log_probs[rows, choice])
         for row, token in zip(alive.tolist(), choice.tolist()):
             tokens[row].append(token)
         done = (choice == EOS) | (t + 1 >= max_len[alive])
