@@ -127,12 +127,15 @@ def prefix_ids(
     first_line: int = 1,
     noun: str = "line",
 ) -> list[list[int]]:
-    """The target ids of the forced prefix of each non-blank text ([] for none; `prefixes[k]`
-    is that of `sources.ids[k]`), cleaned and tokenized with the target `vocab`. A prefix with a
-    piece the vocabulary lacks (pruned, or the bytes of a character it never saw), or with as
-    many pieces as the length limit lets its translation have, is an NMTError naming the
-    prefix's `noun` ("line" of a file, "text" of a request) and number."""
-    cleaned = [clean(p) for p in prefixes]
+    """The target ids of the forced prefix of each non-blank text, in the order of `sources.ids`
+    ([] for none; `prefixes` has one per text, blank ones included), cleaned and tokenized with
+    the target `vocab`. A prefix with a piece the vocabulary lacks (pruned, or the bytes of a
+    character it never saw), or with as many pieces as the length limit lets its translation
+    have, is an NMTError naming the prefix's `noun` ("line" of a file, "text" of a request) and
+    number."""
+    if len(prefixes) != sources.total:
+        raise NMTError(f"{len(prefixes)} prefixes for {sources.total} texts: give one per text")
+    cleaned = [clean(prefixes[i]) for i in sources.index]
     ids = vocab.encode(cleaned) if any(cleaned) else [[] for _ in cleaned]
     for k, (text, pieces) in enumerate(zip(cleaned, ids)):
         line = f"{noun} {first_line + sources.index[k]}"

@@ -120,8 +120,7 @@ class Translator:
         index = [i for i, text in enumerate(cleaned) if text]
         ids, _ = source_ids(self.vocabs.src, [cleaned[i] for i in index], decode.max_src_pieces)
         sources = Sources(ids, index, len(texts))  # as read_sources, without its warnings
-        wanted = [prefixes[i] for i in sources.index]
-        prefix_ids(self.vocabs.tgt, wanted, sources, decode, 1, "text")
+        prefix_ids(self.vocabs.tgt, prefixes, sources, decode, 1, "text")
 
     def translate(
         self,
@@ -157,13 +156,9 @@ class Translator:
         decode = decode or self.decode
         if decode is not self.decode:
             self.check(decode)
-        if prefixes is not None and len(prefixes) != len(texts):
-            raise NMTError(f"{len(prefixes)} prefixes for {len(texts)} texts: give one per text")
         sources = read_sources(self.vocabs.src, texts, decode.max_src_pieces, first_line)
         wanted = [decode.prefix] * len(texts) if prefixes is None else prefixes
-        forced_ids = prefix_ids(
-            self.vocabs.tgt, [wanted[i] for i in sources.index], sources, decode, first_line
-        )
+        forced_ids = prefix_ids(self.vocabs.tgt, wanted, sources, decode, first_line)
         searched = search_all(
             self.model, sources.ids, decode, self.device, attention, self.lexicon,
             forced_ids if any(forced_ids) else None, tree,

@@ -369,8 +369,7 @@ class CT2Translator:
         pieces = [self.src_vocab.id_to_piece(ids[:-1]) for ids in sources.ids]  # CT2 adds EOS
         forced = None
         if prefixes is not None:
-            wanted = [prefixes[i] for i in sources.index]
-            ids = prefix_ids(self.tgt_vocab, wanted, sources, decode, first_line)
+            ids = prefix_ids(self.tgt_vocab, prefixes, sources, decode, first_line)
             forced = [self.tgt_vocab.id_to_piece(p) for p in ids]
         nbests = translate_pieces(
             self.translator, pieces, decode, self.eos, self.model, exact_limits, forced

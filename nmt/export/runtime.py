@@ -135,8 +135,7 @@ class ExportedTranslator:
         sources = read_sources(self.src_vocab, texts, decode.max_src_pieces, first_line)
         forced = None
         if prefixes is not None:
-            wanted = [prefixes[i] for i in sources.index]
-            forced = prefix_ids(self.tgt_vocab, wanted, sources, decode, first_line)
+            forced = prefix_ids(self.tgt_vocab, prefixes, sources, decode, first_line)
         decoded = self.greedy(sources.ids, decode, forced)
         outputs = self.tgt_vocab.decode([d.tokens for d in decoded]) if decoded else []
         return sources.place([clean(text) for text in outputs], lambda i: "")
