@@ -57,13 +57,16 @@ class Sources:
         return out
 
 
-def read_sources(vocab: Vocab, texts: Sequence[str], cap: int, first_line: int = 1) -> Sources:
+def read_sources(
+    vocab: Vocab, texts: Sequence[str], cap: int, first_line: int = 1, warn: bool = True
+) -> Sources:
     """Clean, set blank texts aside, tokenize, cut to `cap` pieces (EOS included; 0 = no cap).
-    A cut text is logged as a warning naming its line (`first_line` numbers the first text)."""
+    A cut text is logged as a warning naming its line (`first_line` numbers the first text),
+    unless `warn` is false (a check before the translation that will warn)."""
     cleaned = [clean(t) for t in texts]
     index = [i for i, text in enumerate(cleaned) if text]
     ids, cut = source_ids(vocab, [cleaned[i] for i in index], cap)
-    for k in cut:
+    for k in cut if warn else []:
         text = texts[index[k]]
         log.warning(
             "line %d has %d words (%d characters), more than decode.max_src_pieces=%d pieces: "

@@ -32,7 +32,7 @@ from nmt.checkpoint import Checkpoint, load_checkpoint
 from nmt.config import DecodeConfig
 from nmt.device import check_precision, resolve_device
 from nmt.errors import NMTError
-from nmt.inputs import Sources, clean, prefix_ids, read_sources, source_ids
+from nmt.inputs import clean, prefix_ids, read_sources
 from nmt.lexicon import NO_LEXICON, Lexicon
 from nmt.models import restore_model
 from nmt.models.seq2seq import Seq2Seq
@@ -116,10 +116,7 @@ class Translator:
         """Raise NMTError if a prefix cannot be forced on its text (see the module's notes),
         without translating: a server checks a request before it joins a batch."""
         decode = decode or self.decode
-        cleaned = [clean(t) for t in texts]
-        index = [i for i, text in enumerate(cleaned) if text]
-        ids, _ = source_ids(self.vocabs.src, [cleaned[i] for i in index], decode.max_src_pieces)
-        sources = Sources(ids, index, len(texts))  # as read_sources, without its warnings
+        sources = read_sources(self.vocabs.src, texts, decode.max_src_pieces, warn=False)
         prefix_ids(self.vocabs.tgt, prefixes, sources, decode, 1, "text")
 
     def translate(

@@ -19,6 +19,7 @@ and the sentence of docs/attention.md:
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -29,6 +30,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -57,8 +59,9 @@ pytestmark = [
 ]
 
 
-def start_server(ckpt: Path, log: Path, *extra: str) -> tuple[subprocess.Popen, str]:
-    """nmt-serve on a free port; returns the process and the URL it printed."""
+@contextlib.contextmanager
+def serving(ckpt: Path, log: Path, *extra: str) -> Iterator[str]:
+    """nmt-serve on a free port while the block runs; yields the URL it printed."""
     command = [sys.executable, "-c", "from nmt.cli.main import main_serve; main_serve()"]
     args = [f"ckpt={ckpt}", "port=0", "device=cpu", *extra, "decode.n_best=3"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -73,7 +76,29 @@ def start_server(ckpt: Path, log: Path, *extra: str) -> tuple[subprocess.Popen, 
         server.kill()
         server.wait()
         pytest.fail(f"nmt-serve printed no URL: {line!r}\n{log.read_text()}")
-    return server, found.group(0)
+    try:
+        yield found.group(0)
+    finally:
+        server.kill()
+        server.wait()
+        server.stdout.close()
+
+
+@contextlib.contextmanager
+def browser_page(url: str, height: int) -> Iterator[tuple[object, list[str]]]:
+    """A headless Chromium page at `url` (1200 px wide) and the list its script errors go to."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": height})
+            errors: list[str] = []
+            page.on("pageerror", lambda err: errors.append(str(err)))
+            page.goto(url)
+            yield page, errors
+        finally:
+            browser.close()
 
 
 def api(url: str, body: dict) -> dict:
@@ -86,85 +111,68 @@ def api(url: str, body: dict) -> dict:
 def server_url(tmp_path_factory, demo_dir, tmp_path):
     given = os.environ.get("NMT_SERVE_CKPT")
     ckpt = Path(given) if given else tiny_checkpoint(tmp_path_factory, demo_dir)
-    server, url = start_server(ckpt, tmp_path / "server.log")
-    try:
+    with serving(ckpt, tmp_path / "server.log") as url:
         yield url
-    finally:
-        server.kill()
-        server.wait()
-        server.stdout.close()
 
 
 def test_type_german_read_english_and_its_attention(server_url, tmp_path):
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     began = time.monotonic()
     want = api(server_url, {"text": SENTENCE, "attention": True})  # the page's default settings
     src = want["attention"]["src_pieces"]
     hyps = want["attention"]["hypotheses"]
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1200, "height": 860})
-            errors = []
-            page.on("pageerror", lambda err: errors.append(str(err)))
-            page.goto(server_url)
-            expect(page.locator("#model")).to_contain_text("de → en")
-            page.locator("#source").press_sequentially(SENTENCE, delay=15)  # as a person types
-            expect(page.locator("#target")).to_have_text(want["text"], timeout=20_000)
+    with browser_page(server_url, 860) as (page, errors):
+        expect(page.locator("#model")).to_contain_text("de → en")
+        page.locator("#source").press_sequentially(SENTENCE, delay=15)  # as a person types
+        expect(page.locator("#target")).to_have_text(want["text"], timeout=20_000)
 
-            # the map: rows = target pieces, columns = source pieces, labelled
-            rows = page.locator("#heatmap tbody tr")
-            expect(rows).to_have_count(len(hyps[0]["tgt_pieces"]))
-            assert page.locator("#heatmap thead th").all_text_contents() == src
-            assert page.locator("#heatmap tbody th").all_text_contents() == hyps[0]["tgt_pieces"]
-            assert rows.nth(0).locator("td").count() == len(src)
+        # the map: rows = target pieces, columns = source pieces, labelled
+        rows = page.locator("#heatmap tbody tr")
+        expect(rows).to_have_count(len(hyps[0]["tgt_pieces"]))
+        assert page.locator("#heatmap thead th").all_text_contents() == src
+        assert page.locator("#heatmap tbody th").all_text_contents() == hyps[0]["tgt_pieces"]
+        assert rows.nth(0).locator("td").count() == len(src)
 
-            # hovering a cell names both pieces and the weight (the top layer, heads averaged)
-            t, s = 1, 2
-            rows.nth(t).locator("td").nth(s).hover()
-            status = page.locator("#status").text_content()
-            tgt_piece = hyps[0]["tgt_pieces"][t]
-            assert f"target “{tgt_piece}” ← source “{src[s]}”: " in status
-            layer = hyps[0]["weights"][-1]
-            weight = sum(head[t][s] for head in layer) / len(layer)
-            assert float(status.rsplit(": ", 1)[1]) == pytest.approx(weight, abs=1.1e-3)
+        # hovering a cell names both pieces and the weight (the top layer, heads averaged)
+        t, s = 1, 2
+        rows.nth(t).locator("td").nth(s).hover()
+        status = page.locator("#status").text_content()
+        tgt_piece = hyps[0]["tgt_pieces"][t]
+        assert f"target “{tgt_piece}” ← source “{src[s]}”: " in status
+        layer = hyps[0]["weights"][-1]
+        weight = sum(head[t][s] for head in layer) / len(layer)
+        assert float(status.rsplit(": ", 1)[1]) == pytest.approx(weight, abs=1.1e-3)
 
-            # keyboard: the arrow keys move the focused cell and the status line follows
-            tgt = hyps[0]["tgt_pieces"]
-            page.locator("#heatmap td[tabindex='0']").focus()  # the first cell, until one moves
-            expect(page.locator("#status")).to_contain_text(
-                f"target “{tgt[0]}” ← source “{src[0]}”"
-            )
-            page.keyboard.press("ArrowRight")
+        # keyboard: the arrow keys move the focused cell and the status line follows
+        tgt = hyps[0]["tgt_pieces"]
+        page.locator("#heatmap td[tabindex='0']").focus()  # the first cell, until one moves
+        expect(page.locator("#status")).to_contain_text(f"target “{tgt[0]}” ← source “{src[0]}”")
+        page.keyboard.press("ArrowRight")
+        page.keyboard.press("ArrowDown")
+        expect(page.locator("#status")).to_contain_text(f"target “{tgt[1]}” ← source “{src[1]}”")
+        assert page.evaluate("document.activeElement.dataset.row") == "1"
+
+        # the n-best list: ↓ shows the second hypothesis's attention
+        items = page.locator("#nbest li")
+        expect(items).to_have_count(len(hyps))
+        if len(hyps) > 1:
+            page.locator("#nbest").focus()
             page.keyboard.press("ArrowDown")
-            expect(page.locator("#status")).to_contain_text(
-                f"target “{tgt[1]}” ← source “{src[1]}”"
-            )
-            assert page.evaluate("document.activeElement.dataset.row") == "1"
+            expect(items.nth(1)).to_have_attribute("aria-selected", "true")
+            expect(rows).to_have_count(len(hyps[1]["tgt_pieces"]))
+            page.keyboard.press("ArrowUp")
+        # for the screenshot: hover the strongest cell of the fourth row
+        t = min(3, len(tgt) - 1)
+        row = [sum(head[t][j] for head in layer) for j in range(len(src))]
+        rows.nth(t).locator("td").nth(row.index(max(row))).hover()
 
-            # the n-best list: ↓ shows the second hypothesis's attention
-            items = page.locator("#nbest li")
-            expect(items).to_have_count(len(hyps))
-            if len(hyps) > 1:
-                page.locator("#nbest").focus()
-                page.keyboard.press("ArrowDown")
-                expect(items.nth(1)).to_have_attribute("aria-selected", "true")
-                expect(rows).to_have_count(len(hyps[1]["tgt_pieces"]))
-                page.keyboard.press("ArrowUp")
-            # for the screenshot: hover the strongest cell of the fourth row
-            t = min(3, len(tgt) - 1)
-            row = [sum(head[t][j] for head in layer) for j in range(len(src))]
-            rows.nth(t).locator("td").nth(row.index(max(row))).hover()
-
-            shot = tmp_path / "serve.png"
-            page.screenshot(path=str(shot), full_page=True)
-            assert shot.stat().st_size > 10_000
-            if os.environ.get("NMT_SERVE_SCREENSHOT"):
-                shutil.copyfile(shot, os.environ["NMT_SERVE_SCREENSHOT"])
-            assert not errors
-        finally:
-            browser.close()
+        shot = tmp_path / "serve.png"
+        page.screenshot(path=str(shot), full_page=True)
+        assert shot.stat().st_size > 10_000
+        if os.environ.get("NMT_SERVE_SCREENSHOT"):
+            shutil.copyfile(shot, os.environ["NMT_SERVE_SCREENSHOT"])
+        assert not errors
     assert time.monotonic() - began < 30
 
 
@@ -173,13 +181,8 @@ def family_server(request, train_small, tmp_path):
     """nmt-serve on a small trained model of each family (or NMT_SERVE_CKPT for both)."""
     given = os.environ.get("NMT_SERVE_CKPT")
     ckpt = Path(given) if given else train_small(request.param)
-    server, url = start_server(ckpt, tmp_path / "server.log", "decode=beam")  # beam 5
-    try:
+    with serving(ckpt, tmp_path / "server.log", "decode=beam") as url:  # beam 5
         yield request.param, url
-    finally:
-        server.kill()
-        server.wait()
-        server.stdout.close()
 
 
 def info(url: str) -> dict:
@@ -191,7 +194,7 @@ def test_the_tree_a_what_if_and_every_layer_and_head(family_server, tmp_path):
     """Open the search tree, click a node: the translation starts with that node's words, and
     the attention shown is the new hypothesis's; edit the translation: the model writes the rest
     of it; the model view draws one map per layer x head, and a click enlarges it."""
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     family, url = family_server
     sentence = os.environ.get("NMT_SERVE_SENTENCE", SENTENCE)
@@ -206,67 +209,59 @@ def test_the_tree_a_what_if_and_every_layer_and_head(family_server, tmp_path):
     typed = " ".join(forced["text"].split()[:3])  # words the model can write
     maps = info(url)["attention_maps"]
     shots = os.environ.get("NMT_SERVE_SCREENSHOTS")  # a folder: docs/ redraws the docs' pictures
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1200, "height": 1100})
-            errors = []
-            page.on("pageerror", lambda err: errors.append(str(err)))
-            page.goto(url)
-            expect(page.locator("#model")).to_contain_text("de → en")
-            page.locator("#source").fill(sentence)
-            expect(page.locator("#target")).to_have_text(want["text"], timeout=20_000)
+    with browser_page(url, 1100) as (page, errors):
+        expect(page.locator("#model")).to_contain_text("de → en")
+        page.locator("#source").fill(sentence)
+        expect(page.locator("#target")).to_have_text(want["text"], timeout=20_000)
 
-            # the tree: one button per node, the same as the API's
-            page.locator("#tree-toggle").click()
-            expect(page.locator("#tree .node")).to_have_count(len(nodes), timeout=20_000)
-            finished = page.locator("#tree .node.finished .rank")
-            expect(finished.first).to_be_visible()
-            if shots and family == "gru":
-                page.locator(".tree-panel").screenshot(path=str(Path(shots) / "serve-tree.png"))
+        # the tree: one button per node, the same as the API's
+        page.locator("#tree-toggle").click()
+        expect(page.locator("#tree .node")).to_have_count(len(nodes), timeout=20_000)
+        finished = page.locator("#tree .node.finished .rank")
+        expect(finished.first).to_be_visible()
+        if shots and family == "gru":
+            page.locator(".tree-panel").screenshot(path=str(Path(shots) / "serve-tree.png"))
 
-            # keyboard: focus the node and press Enter, as a click would
-            node = page.locator(f"#tree .node[data-id='{other['id']}']")
-            node.focus()
-            page.keyboard.press("Enter")
-            expect(page.locator("#target")).to_have_text(forced["text"], timeout=20_000)
-            assert forced["text"].startswith(other["text"])
-            expect(page.locator("#prefix-note")).to_contain_text(f"Starts with “{other['text']}”")
-            rows = page.locator("#heatmap tbody tr")
-            expect(rows).to_have_count(len(forced["attention"]["hypotheses"][0]["tgt_pieces"]))
-            # the tree now follows the forced start: one node a step until it ends
-            expect(page.locator("#tree .node")).not_to_have_count(len(nodes))
+        # keyboard: focus the node and press Enter, as a click would
+        node = page.locator(f"#tree .node[data-id='{other['id']}']")
+        node.focus()
+        page.keyboard.press("Enter")
+        expect(page.locator("#target")).to_have_text(forced["text"], timeout=20_000)
+        assert forced["text"].startswith(other["text"])
+        expect(page.locator("#prefix-note")).to_contain_text(f"Starts with “{other['text']}”")
+        rows = page.locator("#heatmap tbody tr")
+        expect(rows).to_have_count(len(forced["attention"]["hypotheses"][0]["tgt_pieces"]))
+        # the tree now follows the forced start: one node a step until it ends
+        expect(page.locator("#tree .node")).not_to_have_count(len(nodes))
 
-            # "what if": edit the translation; the model keeps what is before the cursor
-            edited = api(url, {"text": sentence, "prefix": typed})
-            target = page.locator("#target")
-            target.click()
-            page.keyboard.press("Control+A")
-            page.keyboard.type(typed, delay=10)
-            expect(target).to_have_text(edited["text"], timeout=20_000)
-            expect(page.locator("#prefix-note")).to_contain_text(f"Starts with “{typed}”")
-            page.locator("#clear-prefix").click()
-            expect(target).to_have_text(want["text"], timeout=20_000)
-            expect(page.locator("#prefix-note")).to_be_hidden()
+        # "what if": edit the translation; the model keeps what is before the cursor
+        edited = api(url, {"text": sentence, "prefix": typed})
+        target = page.locator("#target")
+        target.click()
+        page.keyboard.press("Control+A")
+        page.keyboard.type(typed, delay=10)
+        expect(target).to_have_text(edited["text"], timeout=20_000)
+        expect(page.locator("#prefix-note")).to_contain_text(f"Starts with “{typed}”")
+        page.locator("#clear-prefix").click()
+        expect(target).to_have_text(want["text"], timeout=20_000)
+        expect(page.locator("#prefix-note")).to_be_hidden()
 
-            # the model view: layers x heads small maps; a click shows that one above
-            cells = page.locator("#model-view .head-map")
-            expect(cells).to_have_count(maps["layers"] * maps["heads"])
-            last = cells.nth(maps["layers"] * maps["heads"] - 1)
-            last.click()
-            expect(last).to_have_attribute("aria-pressed", "true")
-            layer, head = maps["layers"] - 1, maps["heads"] - 1
-            assert page.locator("#layer").input_value() == str(layer)
-            if maps["heads"] > 1:
-                assert page.locator("#head").input_value() == str(head)
-            full = api(url, {"text": sentence, "attention": True})["attention"]
-            weights = full["hypotheses"][0]["weights"][layer][head]
-            rows.nth(1).locator("td").nth(2).hover()
-            status = page.locator("#status").text_content()
-            assert float(status.rsplit(": ", 1)[1]) == pytest.approx(weights[1][2], abs=1.1e-3)
-            if shots and family == "transformer":
-                panel = page.locator(".model-view-panel")
-                panel.screenshot(path=str(Path(shots) / "serve-model-view.png"))
-            assert not errors
-        finally:
-            browser.close()
+        # the model view: layers x heads small maps; a click shows that one above
+        cells = page.locator("#model-view .head-map")
+        expect(cells).to_have_count(maps["layers"] * maps["heads"])
+        last = cells.nth(maps["layers"] * maps["heads"] - 1)
+        last.click()
+        expect(last).to_have_attribute("aria-pressed", "true")
+        layer, head = maps["layers"] - 1, maps["heads"] - 1
+        assert page.locator("#layer").input_value() == str(layer)
+        if maps["heads"] > 1:
+            assert page.locator("#head").input_value() == str(head)
+        full = api(url, {"text": sentence, "attention": True})["attention"]
+        weights = full["hypotheses"][0]["weights"][layer][head]
+        rows.nth(1).locator("td").nth(2).hover()
+        status = page.locator("#status").text_content()
+        assert float(status.rsplit(": ", 1)[1]) == pytest.approx(weights[1][2], abs=1.1e-3)
+        if shots and family == "transformer":
+            panel = page.locator(".model-view-panel")
+            panel.screenshot(path=str(Path(shots) / "serve-model-view.png"))
+        assert not errors
