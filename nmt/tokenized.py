@@ -6,10 +6,10 @@ in `data.num_proc` processes (`Dataset.map`) into columns of token ids (uint16 w
 vocabulary fits, else int32) and their lengths, and saves it (`save_to_disk`) in the cache
 (`nmt.cache`), under a digest of the corpus files, the tokenizer files and ENCODING_VERSION: a
 changed corpus, tokenizer or encoding code is never read from a stale entry, and a run killed
-while tokenizing leaves only a temporary directory that nothing reads. Every run then opens the
-entry with `load_from_disk` (memory-mapped, shared between processes by the page cache): the two
-length columns select the pairs within `data.max_len` and plan the batches (`nmt.batches`), and a
-batch's rows are read only when it is trained on.
+while tokenizing leaves only a temporary directory that nothing reads. Every run then scans the
+entry's Arrow files once (`TokenizedCorpus`): the two length columns select the pairs within
+`data.max_len` and plan the batches (`nmt.batches`), and a batch's rows are read from disk only
+when it is trained on. The entry stays in `save_to_disk`'s format (`load_from_disk` opens it).
 
 Hub datasets take the same path: `datasets` already holds them as Arrow, and `map` reads them.
 """
@@ -61,6 +61,7 @@ class TokenizedCorpus:
         if not files:
             raise NMTError(f"{path / DATA} holds no tokenized data: remove it to rebuild")
         self._fds = [os.open(f, os.O_RDONLY) for f in files]
+        self._schemas = [_schema(f) for f in files]
         self._where: list[tuple[int, int, int]] = []  # per record batch: file, offset, size
         firsts, src_len, tgt_len = [], [], []
         rows = 0
@@ -121,21 +122,18 @@ class TokenizedCorpus:
     def _read(self, b: int) -> pa.RecordBatch:
         number, offset, size = self._where[b]
         message = pa.ipc.read_message(pa.py_buffer(os.pread(self._fds[number], size, offset)))
-        return pa.ipc.read_record_batch(message, self._schema(number))
-
-    def _schema(self, number: int) -> pa.Schema:
-        if not hasattr(self, "_schemas"):
-            self._schemas = {}
-        if number not in self._schemas:
-            files = sorted((self.path / DATA).glob("data-*.arrow"))
-            with pa.OSFile(str(files[number])) as f:
-                self._schemas[number] = pa.ipc.read_schema(pa.ipc.read_message(f))
-        return self._schemas[number]
+        return pa.ipc.read_record_batch(message, self._schemas[number])
 
     def close(self) -> None:
         for fd in self._fds:
             os.close(fd)
         self._fds = []
+
+
+def _schema(path: Path) -> pa.Schema:
+    """The schema of an Arrow IPC stream file: its first message."""
+    with pa.OSFile(str(path)) as f:
+        return pa.ipc.read_schema(pa.ipc.read_message(f))
 
 
 def _record_batches(path: Path) -> Iterator[tuple[int, int, pa.RecordBatch]]:
