@@ -52,7 +52,7 @@ def main() -> None:
                 torch.cuda.reset_peak_memory_stats(device)
             tokens, start = 0, time.perf_counter()
             for group in batches[w * args.steps : (w + 1) * args.steps]:
-                tokens += trainer.update([group])[1]
+                tokens += trainer.update([group]).tokens
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             if w > 0:  # window 0 warms up allocators, caches and compilation

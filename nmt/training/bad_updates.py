@@ -1,12 +1,20 @@
 """Updates that cannot be applied: a loss or gradient norm that is NaN/inf, a batch that runs out of
 memory, an fp16 step that overflows. Each is skipped and counted, so one bad batch costs one update
 and not the run; a run that keeps failing stops with advice, and its last checkpoint stays intact.
+
+Whether an update is finite is decided on the device and never read by the update itself: the
+fused optimizer skips a bad step on its own (see `Trainer.update`), and the counts kept here stay
+on the device until `settle` reads them, once per log window and before each checkpoint. So the
+host never waits for the GPU inside the training loop, and can queue the next batch's kernels
+while this one runs. An out-of-memory batch is known on the host (an exception) and handled there.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+
+import torch
 
 from nmt.errors import NMTError
 
@@ -18,39 +26,86 @@ NAN_ADVICE = (
     "usual causes: a learning rate too high or too little warm-up (train.lr, train.warmup_steps), "
     "no gradient clipping (train.clip_grad_norm), fp16 overflow (train.precision=bf16 or fp32)"
 )
+NAN_REASON = "the loss or gradient norm is NaN/inf"
+
+# the device-side record, one long vector so that `settle` reads it in one copy
+# (the ones `settle` clears come last, so that it clears them as one slice)
+_IN_ROW, _STOP_AT, _PENDING, _FIRST, _LAST = range(5)
 
 
 class BadUpdates:
     """The skipped updates of one run: `limit` of them in a row stop it (train.max_bad_updates).
-    Each is logged as a warning; `saved_step` gives the newest checkpoint's step, for the message
-    that stops the run."""
+    `saved_step` gives the newest checkpoint's step, for the message that stops the run.
 
-    def __init__(self, limit: int, saved_step: Callable[[], int]):
+    `skipped` counts the skipped updates known on the host since the last log line (the trainer
+    reads and resets it); `settle` brings the device-side ones over and logs them as a warning.
+    """
+
+    def __init__(self, limit: int, saved_step: Callable[[], int], device: torch.device) -> None:
         self.limit = limit
         self.saved_step = saved_step
-        self.in_row = 0  # consecutive skipped updates
-        self.skipped = 0  # skipped updates since the last log line (the trainer resets it)
+        # updates skipped in a row now; the step at which `limit` in a row were reached (0 = not
+        # yet); updates skipped since the last settle, and the first and last of their steps
+        self.state = torch.zeros(5, dtype=torch.long, device=device)
+        self.fp16 = False  # set by fp16 runs: overflow skips are routine, they never stop the run
+        self.skipped = 0
+        self.oom_in_row = 0  # out-of-memory updates in a row, counted on the host
 
-    def applied(self) -> None:
-        """An update reached the weights: the run is healthy again."""
-        self.in_row = 0
+    def record(self, applied: torch.Tensor, step: int) -> None:
+        """Update `step` reached the weights or not (`applied`, a 0-d bool device tensor); nothing
+        is read."""
+        self.oom_in_row = 0
+        bad = ~applied
+        old = self.state
+        in_row, stop_at = old[_IN_ROW], old[_STOP_AT]
+        if not self.fp16:
+            in_row = (in_row + 1) * bad
+            stop_at = torch.where((stop_at == 0) & (in_row >= self.limit), step, stop_at)
+        self.state = torch.stack(
+            [
+                in_row,
+                stop_at,
+                old[_PENDING] + bad,
+                torch.where((old[_FIRST] == 0) & bad, step, old[_FIRST]),
+                torch.where(bad, step, old[_LAST]),
+            ]
+        )
 
-    def skip(self, step: int, reason: str, advice: str) -> None:
-        """Count a skipped update; the limit-th in a row raises NMTError with `advice`."""
-        self.in_row += 1
-        self.skipped += 1
-        log.warning("step %d: %s; update skipped (%d in a row)", step, reason, self.in_row)
-        if self.in_row >= self.limit:
+    def settle(self, loss_scale: float | None = None) -> None:
+        """Read the device-side record (one copy): warn about the updates skipped since the last
+        settle, and stop the run (NMTError) if `limit` of them came in a row, or if the fp16
+        `loss_scale` has collapsed."""
+        in_row, stop_at, pending, first, last = self.state.tolist()
+        if pending:
+            self.skipped += pending
+            self.state[_PENDING:] = 0
+            reason = "fp16 overflow (GradScaler lowers the scale)" if self.fp16 else NAN_REASON
+            if pending == 1:
+                log.warning("step %d: %s; update skipped", first, reason)
+            else:
+                log.warning(
+                    "steps %d-%d: %s; %d updates skipped (%d in a row at the end)",
+                    first, last, reason, pending, in_row,
+                )  # fmt: skip
+        if stop_at:
             raise NMTError(
-                f"stopping at step {step}: {self.limit} updates in a row were skipped ({reason}); "
-                f"{advice}. The last checkpoint (step {max(self.saved_step(), 0)}) is intact"
+                f"stopping at step {stop_at}: {self.limit} updates in a row were skipped "
+                f"({NAN_REASON}); {NAN_ADVICE}. The last checkpoint (step "
+                f"{max(self.saved_step(), 0)}) is intact"
+            )
+        if loss_scale is not None and loss_scale < MIN_LOSS_SCALE:
+            raise NMTError(
+                f"stopping: the fp16 loss scale collapsed to {loss_scale:.1e} (the gradients "
+                "overflow at any scale); train with train.precision=bf16 or fp32, or a lower "
+                "train.lr"
             )
 
     def out_of_memory(
         self, step: int, sentences: int, tokens: int, batch_tokens: int, rank: int | None
     ) -> None:
-        """This rank's batches of update `step` ran out of memory. Under torchrun (`rank` set) the
-        other ranks wait in the all-reduce for this one's gradients, so it cannot be skipped."""
+        """This rank's batches of update `step` ran out of memory: skip the update, or stop the
+        run when `limit` did in a row. Under torchrun (`rank` set) the other ranks wait in the
+        all-reduce for this one's gradients, so it cannot be skipped."""
         advice = (
             f"lower train.batch_tokens (now {batch_tokens}) and raise train.accum_steps to keep "
             "the update size, or lower data.max_len"
@@ -60,15 +115,12 @@ class BadUpdates:
                 f"out of memory at step {step} on rank {rank}; under torchrun a batch cannot be "
                 f"skipped on one rank alone: {advice}"
             )
-        self.skip(step, f"out of memory on {sentences} sentences, {tokens} target tokens", advice)
-
-    def fp16_overflow(self, step: int, scale: float) -> None:
-        """GradScaler skipped the step and lowered the scale to `scale`. That is routine unless the
-        scale has collapsed, which means the gradients are not finite at any scale."""
+        self.oom_in_row += 1
         self.skipped += 1
-        if scale < MIN_LOSS_SCALE:
+        reason = f"out of memory on {sentences} sentences, {tokens} target tokens"
+        log.warning("step %d: %s; update skipped (%d in a row)", step, reason, self.oom_in_row)
+        if self.oom_in_row >= self.limit:
             raise NMTError(
-                f"stopping at step {step}: the fp16 loss scale collapsed to {scale:.1e} (the "
-                "gradients overflow at any scale); train with train.precision=bf16 or fp32, or a "
-                "lower train.lr"
+                f"stopping at step {step}: {self.limit} updates in a row were skipped ({reason}); "
+                f"{advice}. The last checkpoint (step {max(self.saved_step(), 0)}) is intact"
             )

@@ -85,16 +85,26 @@ def remove_logs(run_dir: Path) -> None:
 
 
 class Window:
-    """Training statistics since the last log line; loss sums stay on the device until read."""
+    """Training statistics since the last log line, on the device until read (once per window).
+
+    `stats` holds this rank's summed loss and nll of the applied updates, then the target tokens,
+    summed gradient norm and count of the applied updates, which every rank has alike (an update
+    is applied or skipped on all ranks together).
+    """
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
-        self.sums = torch.zeros(2, device=device)  # loss, nll
-        self.tokens = 0
+        self.stats = torch.zeros(5, device=device)
+        self.tokens = 0  # target tokens of every update, skipped ones too (all ranks)
         self.start = time.perf_counter()
 
-    def add(self, sums: torch.Tensor, tokens: int) -> None:
-        self.sums += sums
+    def add(
+        self, sums: torch.Tensor, tokens: int, applied: torch.Tensor, norm: torch.Tensor
+    ) -> None:
+        """One update (see `Trainer.update`): its (loss, nll) sums (2,), its target tokens, whether
+        it was applied and its gradient norm (0-d device tensors); nothing is read."""
+        one = torch.stack([*sums, applied * float(tokens), norm.float(), applied.float()])
+        self.stats += torch.where(applied, one, 0.0)  # a NaN of a skipped update stays out
         self.tokens += tokens
 
     @contextlib.contextmanager
@@ -105,16 +115,18 @@ class Window:
 
     def flush(self, lr: float, where: Dist = SINGLE) -> dict:
         """The window's entry for the log (one device read, one all-reduce under DDP); resets."""
-        loss, nll = sum_across(self.sums, where).tolist()
-        tokens = max(self.tokens, 1)  # already counted over all ranks
+        loss, nll, tokens, norms, applied = sum_across(self.stats, where).tolist()
+        tokens, norms, applied = tokens / where.world, norms / where.world, applied / where.world
         entry = {
             "split": "train",
-            "loss": loss / tokens,  # label-smoothed, per target token
-            "ppl": perplexity(nll / tokens),
+            "loss": loss / max(tokens, 1),  # label-smoothed, per target token
+            "ppl": perplexity(nll / max(tokens, 1)),
             "lr": lr,
-            "tokens": self.tokens,  # target tokens in this window, all ranks
+            "tokens": round(tokens),  # target tokens of the applied updates, all ranks
             "tokens_per_s": self.tokens / (time.perf_counter() - self.start),
         }
+        if applied:
+            entry["grad_norm"] = norms / applied  # before clipping: how hard the clip works
         self.__init__(self.device)
         return entry
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +28,7 @@ from nmt.device import autocast, check_precision, resolve_device
 from nmt.errors import NMTError
 from nmt.models.seq2seq import Seq2Seq
 from nmt.run_config import TrainRunConfig
-from nmt.training.bad_updates import NAN_ADVICE, BadUpdates
+from nmt.training.bad_updates import BadUpdates
 from nmt.training.budget import Budget
 from nmt.training.distributed import (
     SINGLE,
@@ -62,6 +61,18 @@ class Progress:
     best: float | None = None  # best validation value of `train.metric`
     bad_validations: int = 0  # since `best` (early stopping)
     seconds: float = 0.0  # wall clock spent by the run at this checkpoint (train.max_minutes)
+
+
+@dataclass
+class Update:
+    """What one update did, its tensors on the device and unread: this rank's summed (loss, nll),
+    the target tokens of the whole update (all ranks; counted on the host), whether it reached
+    the weights (a 0-d bool), and the gradient norm before clipping."""
+
+    sums: torch.Tensor
+    tokens: int
+    applied: torch.Tensor
+    norm: torch.Tensor
 
 
 def _better(metric: Metric, new: float, best: float | None) -> bool:
@@ -115,8 +126,8 @@ class Trainer:
         self.saved_step = -1  # step of the newest checkpoint
         self.run_log: RunLog | None = None  # rank 0's, while the loop runs
         self.resumed_at: int | None = None  # the step a resumed run continues from
-        self.norms: list[float] = []  # gradient norms of the updates since the last log line
-        self.bad = BadUpdates(cfg.train.max_bad_updates, lambda: self.saved_step)
+        self.bad = BadUpdates(cfg.train.max_bad_updates, lambda: self.saved_step, device)
+        self.bad.fp16 = fp16
         valid_tokens = sum(len(t) + 1 for t in data.valid.tgt)
         began = time.monotonic() if started is None else started
         self.budget = Budget(cfg.train.max_minutes, began, valid_tokens)  # train.max_minutes
@@ -147,11 +158,11 @@ class Trainer:
         if self.run_log is not None:
             self.run_log.write(self.progress.step, self.progress.epoch, entry)
 
-    def update(self, group: list[list[int]]) -> tuple[torch.Tensor, int]:
+    def update(self, group: list[list[int]]) -> Update:
         """One optimizer update over `group`, the batches of this update on all ranks together
-        (accum_steps per rank); this rank takes every world-th one. Returns this rank's summed
-        (loss, nll) as a device tensor, unread, and the target tokens of the whole group; a skipped
-        update (NaN/inf, out of memory) returns zeros and 0 tokens."""
+        (accum_steps per rank); this rank takes every world-th one. Nothing in it waits for the
+        device: whether the update was applied stays a device tensor (see nmt/training/
+        bad_updates.py), so the host can prepare the next batch while this one runs."""
         cfg, world = self.cfg.train, self.where.world
         train = self.data.train
         mine = group[self.where.rank :: world]
@@ -168,32 +179,31 @@ class Trainer:
             out_of_memory = True  # handled outside the except: the traceback pins the activations
         if out_of_memory:
             self._skip_out_of_memory(mine)
-            return torch.zeros(2, device=self.device), 0
+            zero = torch.zeros((), device=self.device)
+            return Update(torch.zeros(2, device=self.device), tokens, zero.bool(), zero)
         self.scaler.unscale_(self.optimizer)  # a no-op unless fp16
         params = [p for p in self.model.parameters() if p.grad is not None]
         norm = torch.nn.utils.get_total_norm([p.grad for p in params])
         if cfg.clip_grad_norm > 0:
             torch.nn.utils.clip_grads_with_norm_(params, cfg.clip_grad_norm, norm)
-        # one host read per update (GradScaler makes one too): a NaN must not reach the weights.
-        # Under DDP the norm is of the all-reduced gradients, so every rank decides alike.
-        norm_value, loss_value = torch.stack([norm.float(), sums[0]]).tolist()
-        ok = math.isfinite(norm_value) and (self.where.active or math.isfinite(loss_value))
-        if ok:
-            self.norms.append(norm_value)  # before clipping: how hard the clip works
+        # A NaN must not reach the weights. Under DDP the norm is of the all-reduced gradients,
+        # so every rank decides alike (their losses differ, and a NaN loss makes a NaN norm).
+        applied = torch.isfinite(norm)
+        if not self.where.active:
+            applied &= torch.isfinite(sums[0])
         if cfg.precision == Precision.fp16:
             self.scaler.step(self.optimizer)  # skips the step itself on overflow
             self.scaler.update()  # and lowers the scale
-            if not ok:
-                self.bad.fp16_overflow(self.progress.step, self.scaler.get_scale())
-        elif ok:
-            self.optimizer.step()
-            self.bad.applied()
         else:
-            self.optimizer.zero_grad(set_to_none=True)
-            self.bad.skip(self.progress.step, "the loss or gradient norm is NaN/inf", NAN_ADVICE)
-        if not ok:
-            return torch.zeros(2, device=self.device), 0
-        return sums, tokens
+            # the fused optimizer skips the whole step (moments and step count too) where
+            # found_inf is nonzero, on the device: the protocol GradScaler drives it with
+            self.optimizer.found_inf = (~applied).float()
+            try:
+                self.optimizer.step()
+            finally:
+                del self.optimizer.found_inf
+        self.bad.record(applied, self.progress.step)
+        return Update(sums, tokens, applied, norm)
 
     def _backward(self, mine: list[list[int]], tokens: int) -> torch.Tensor:
         """Forward and backward over this rank's batches of the update; summed (loss, nll)."""
@@ -235,6 +245,7 @@ class Trainer:
 
     def save(self, metrics: dict, improved: bool) -> None:
         """Rank 0 writes the checkpoint, with the RNG state of every rank (collected from all)."""
+        self._settle()  # a run that has been failing stops before it writes
         rng = gather(rng_state(), self.where)
         if not self.where.main:
             return
@@ -329,16 +340,14 @@ class Trainer:
                     group = batches[progress.position : progress.position + per_update]
                     progress.position += len(group)
                     began = time.monotonic()
-                    sums, tokens = self.update(group)
-                    window.add(sums, tokens)
-                    self.budget.add_training(tokens, time.monotonic() - began)
+                    done = self.update(group)
+                    window.add(done.sums, done.tokens, done.applied, done.norm)
+                    self.budget.add_training(done.tokens, time.monotonic() - began)
                     bar.update(1)
                     if progress.step % cfg.log_every == 0:
                         entry = window.flush(self.optimizer.param_groups[0]["lr"], where)
+                        self._settle()
                         entry["skipped"], self.bad.skipped = self.bad.skipped, 0
-                        if self.norms:
-                            entry["grad_norm"] = sum(self.norms) / len(self.norms)
-                        self.norms = []
                         self.record(entry)
                         bar.set_postfix_str(Window.describe(entry))
                         if bar.disable:  # no terminal (a log file, CI): print plain lines
@@ -374,6 +383,12 @@ class Trainer:
             if self.run_log is not None:
                 self.run_log.close()
                 self.run_log = None
+
+    def _settle(self) -> None:
+        """Read the device-side count of skipped updates: warn, or stop a run that keeps failing
+        (nmt/training/bad_updates.py). Once per log window and before each checkpoint."""
+        scale = self.scaler.get_scale() if self.scaler.is_enabled() else None
+        self.bad.settle(scale)
 
     def _result(self) -> Path:
         best = self.root / "best"
