@@ -51,6 +51,7 @@ def token_batches(
     tgt_lens: Sequence[int] | np.ndarray,
     batch_tokens: int,
     generator: torch.Generator | None = None,
+    length_step: int = 0,
 ) -> BatchPlan:
     """Group example indices into batches of at most `batch_tokens` padded tokens.
 
@@ -61,13 +62,18 @@ def token_batches(
     real tokens this way against 91.9% sorted by source first. With a generator, ties are broken
     at random and the batch order is shuffled; without one, the order is fixed. A batch costs
     rows * longest side (+1 for BOS/EOS); a single over-long example still gets a batch of its own.
+    With `length_step`, the longest side is first rounded up to a multiple of it, as `fixed_shape`
+    pads the batch.
     """
     src = np.asarray(src_lens, dtype=np.int64)
     tgt = np.asarray(tgt_lens, dtype=np.int64)
     n = len(src)
     start = torch.randperm(n, generator=generator).numpy() if generator else np.arange(n)
     order = start[np.lexsort((src[start], tgt[start]))]  # stable: ties keep the random order
-    starts, ends = _cut(np.maximum(src, tgt + 1)[order].tolist(), batch_tokens)
+    sizes = np.maximum(src, tgt + 1)[order]
+    if length_step:
+        sizes = -(-sizes // length_step) * length_step
+    starts, ends = _cut(sizes.tolist(), batch_tokens)
     if generator is not None:
         shuffle = torch.randperm(len(starts), generator=generator).numpy()
         starts, ends = starts[shuffle], ends[shuffle]
@@ -99,13 +105,15 @@ def epoch_batches(
     seed: int,
     epoch: int,
     world: int = 1,
+    length_step: int = 0,
 ) -> BatchPlan:
     """The training batches of one epoch: a pure function of (lengths, seed, epoch). For `world`
     processes the plan is cut to a multiple of `world` (at most world - 1 batches of an epoch are
     left out, different ones each epoch since the order is shuffled), so that dealing batch i to
-    process i % world gives every process the same number of batches."""
+    process i % world gives every process the same number of batches. `length_step`: see
+    `fixed_shape`."""
     generator = torch.Generator().manual_seed(seed * 100_003 + epoch)
-    batches = token_batches(src_lens, tgt_lens, batch_tokens, generator)
+    batches = token_batches(src_lens, tgt_lens, batch_tokens, generator, length_step)
     if len(batches) < world:
         raise NMTError(
             f"an epoch has {len(batches)} batches for {world} processes: lower "
@@ -143,6 +151,35 @@ class Batch:
             move(self.src), self.src_lens, move(self.tgt_in), move(self.tgt_out), self.index,
             self.n_tgt_tokens,
         )  # fmt: skip
+
+
+def fixed_shape(batch: Batch, batch_tokens: int, length_step: int) -> Batch:
+    """`batch` padded to one of a few shapes (train.length_step), so that a compiled or
+    graph-captured training step meets a few shapes rather than one per batch: source and target
+    both padded to one length W, the longest side rounded up to a multiple of `length_step`, and
+    the rows filled up to batch_tokens // W (the plan was cut with the same rounding, see
+    `token_batches`, so a batch never has more). Shapes: src, tgt_in, tgt_out (R, W).
+
+    A filler row is a source of EOS alone and a target with nothing to predict (BOS, then PAD):
+    it adds nothing to the loss, so nothing to the gradient, and every attention query still has
+    a key to attend to (an all-masked row would make NaNs that reach the gradient)."""
+    assert batch.tgt_in is not None and batch.tgt_out is not None  # training batches only
+    longest = max(batch.src.size(1), batch.tgt_in.size(1))
+    width = -(-longest // length_step) * length_step
+    rows = max(len(batch.src_lens), batch_tokens // width)
+
+    def grow(t: torch.Tensor, first: int) -> torch.Tensor:  # (B, n) -> (rows, width)
+        out = torch.full((rows, width), PAD, dtype=t.dtype)
+        out[: t.size(0), : t.size(1)] = t
+        out[t.size(0) :, 0] = first
+        return out
+
+    src_lens = torch.ones(rows, dtype=batch.src_lens.dtype)
+    src_lens[: len(batch.src_lens)] = batch.src_lens
+    return Batch(
+        grow(batch.src, EOS), src_lens, grow(batch.tgt_in, BOS), grow(batch.tgt_out, PAD),
+        batch.index, batch.n_tgt_tokens,
+    )  # fmt: skip
 
 
 def pad(seqs: list[list[int]]) -> torch.Tensor:

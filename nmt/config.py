@@ -281,6 +281,12 @@ class TrainConfig:
     keep_last: int = 2  # step checkpoints kept besides `best`
     precision: Precision = Precision.fp32
     compile: bool = False  # torch.compile the model for training (validation and search stay eager)
+    # with compile: capture the compiled step as CUDA graphs (torch.compile mode "reduce-overhead"),
+    # one per batch shape, replayed without per-kernel launches; CUDA only
+    cuda_graphs: bool = False
+    # pad every training batch to a length that is a multiple of this and to batch_tokens // length
+    # rows, so batches come in a few shapes (what compile and cuda_graphs reuse); 0 = off
+    length_step: int = 0
     resume: bool = False  # continue exactly from run_dir/checkpoints/last
     overwrite: bool = False  # allow starting over in a run_dir that has checkpoints
     init_from: str | None = None  # a checkpoint: new run from its weights and tokenizer
@@ -302,6 +308,12 @@ class TrainConfig:
             raise NMTError("train.max_minutes must be >= 0 (0 = no time limit)")
         if self.max_bad_updates < 1:
             raise NMTError("train.max_bad_updates must be >= 1")
+        if self.length_step < 0:
+            raise NMTError("train.length_step must be >= 0 (0 = batches as long as their longest)")
+        if self.cuda_graphs and not self.compile:
+            raise NMTError(
+                "train.cuda_graphs=true captures the compiled step: set train.compile=true"
+            )
         if self.valid_every < 1 or self.log_every < 1:
             raise NMTError("train.valid_every and train.log_every must be >= 1")
         if self.metric == Metric.bleu and not self.valid_bleu:

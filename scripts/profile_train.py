@@ -39,7 +39,12 @@ def main() -> None:
         data, model, _ = prepare_run(cfg)
         trainer = Trainer(cfg, model, data, device)
         batches = epoch_batches(
-            data.train.src_lens, data.train.tgt_lens, cfg.train.batch_tokens, cfg.seed, 0
+            data.train.src_lens,
+            data.train.tgt_lens,
+            cfg.train.batch_tokens,
+            cfg.seed,
+            0,
+            length_step=cfg.train.length_step,
         )
         need = args.warmup + args.steps
         batches = [batches[i % len(batches)] for i in range(need)]

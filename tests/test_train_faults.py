@@ -102,6 +102,7 @@ def test_resume_with_changed_batching_or_data_is_refused_naming_the_keys(
     for change, key in [
         ("train.batch_tokens=300", "train.batch_tokens=600 (now 300)"),
         ("train.accum_steps=2", "train.accum_steps=1 (now 2)"),
+        ("train.length_step=8", "train.length_step=0 (now 8)"),
         ("seed=7", "seed="),
         ("data.max_len=20", "data.max_len="),
     ]:

@@ -53,6 +53,7 @@ def _schedule_keys(cfg: TrainRunConfig) -> dict:
         **data,
         "train.batch_tokens": cfg.train.batch_tokens,
         "train.accum_steps": cfg.train.accum_steps,
+        "train.length_step": cfg.train.length_step,
         "seed": cfg.seed,
     }
 

@@ -21,7 +21,7 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from nmt.batches import epoch_batches
+from nmt.batches import epoch_batches, fixed_shape
 from nmt.checkpoint import Checkpoint, point, prune, save_checkpoint
 from nmt.config import Metric, Optimizer, Precision
 from nmt.device import autocast, check_precision, resolve_device
@@ -110,7 +110,8 @@ class Trainer:
             if not where.main:
                 torch.manual_seed(cfg.seed + 1_000_003 * where.rank)
         if cfg.train.compile:
-            self.train_model = torch.compile(self.train_model)
+            mode = "reduce-overhead" if cfg.train.cuda_graphs else None
+            self.train_model = torch.compile(self.train_model, mode=mode)
         opt = torch.optim.AdamW if cfg.train.optimizer == Optimizer.adamw else torch.optim.Adam
         self.optimizer = opt(
             self.model.parameters(),
@@ -208,7 +209,10 @@ class Trainer:
     def _backward(self, mine: list[list[int]], tokens: int) -> torch.Tensor:
         """Forward and backward over this rank's batches of the update; summed (loss, nll)."""
         cfg, world, train = self.cfg.train, self.where.world, self.data.train
-        parts = [train.batch(index).to(self.device) for index in mine]
+        parts = [train.batch(index) for index in mine]
+        if cfg.length_step:
+            parts = [fixed_shape(b, cfg.batch_tokens, cfg.length_step) for b in parts]
+        parts = [batch.to(self.device) for batch in parts]
         sums = torch.zeros(2, device=self.device)  # loss, nll
         for n, batch in enumerate(parts):
             last = n == len(parts) - 1
@@ -334,7 +338,7 @@ class Trainer:
                 train = self.data.train
                 batches = epoch_batches(
                     train.src_lens, train.tgt_lens, cfg.batch_tokens, self.cfg.seed,
-                    progress.epoch, where.world,
+                    progress.epoch, where.world, cfg.length_step,
                 )  # fmt: skip
                 while progress.position < len(batches) and progress.step < cfg.max_steps:
                     group = batches[progress.position : progress.position + per_update]
