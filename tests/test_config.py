@@ -1,5 +1,6 @@
 """Every YAML composes onto its schema and builds; typos and bad values fail before any work."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -33,11 +34,15 @@ def test_every_model_and_data_config_composes_and_builds(model, data):
 
 @pytest.mark.parametrize("experiment", names("experiment"))
 def test_every_experiment_composes_and_builds(experiment):
-    cfg = cli.compose_config("train", [f"experiment={experiment}"])
-    build_model(cfg.model, 300, 300, shared_vocab=True)
-    # the experiment file's first comment line is the command that runs it
+    # the experiment file's first comment line is the command that runs it: it composes as written
     lines = (CONFIGS / "experiment" / f"{experiment}.yaml").read_text().splitlines()
     assert lines[0] == "# @package _global_" and lines[1].startswith("# ")
+    command = re.search(r"nmt-train ((?:[\w.]+=[^\s)]+ ?)+)", lines[1])
+    assert command, lines[1]
+    overrides = command.group(1).split()
+    assert f"experiment={experiment}" in overrides
+    cfg = cli.compose_config("train", overrides)
+    build_model(cfg.model, 300, 300, shared_vocab=True)
 
 
 @pytest.mark.parametrize(
