@@ -4,9 +4,12 @@
     scripts/bench_gpu.sh --device cpu --quick     # the same pipeline, tiny, on the CPU (a check)
 
 Training rows: GRU + Bahdanau (emb 256, hidden 256), Transformer small and base, each in fp32 and
-bf16, at batches of 4,096, 16,384 and 32,768 target tokens (`--batch-tokens`), each without and
-with `train.compile=true`, timed by `scripts/bench_train.py` (which reports the median target
-tokens/s of its windows and the peak GPU memory allocated by the timed updates).
+bf16, at batches of 4,096, 16,384 and 32,768 target tokens (`--batch-tokens`), each in three modes
+(MODES): eager, compiled (`train.compile=true`) and graphs (compiled and captured as CUDA graphs,
+`train.cuda_graphs=true`, with batches padded to a few shapes, `train.length_step=8`), timed by
+`scripts/bench_train.py` (which reports the median target tokens/s of its windows and the peak
+GPU memory allocated by the timed updates). Tokens/s counts real target tokens, so the padding
+that fixed shapes add is a cost the row pays.
 
 MFU: each training row also reports the model FLOPs it ran per second and their fraction of the
 device's peak in that precision. Model FLOPs per target token are counted as 6 x parameters (a
@@ -17,12 +20,15 @@ in the same run, first: one big matrix product per precision (`scripts/bench_mat
 Translation rows: a GRU + Bahdanau and a Transformer small checkpoint trained here for a few
 hundred updates, timed by `scripts/bench_translate.py` (greedy and beam 5, batch 64 over the whole
 test file and batch 1 over its first sentences).
+Quality (only with `--parts quality`: it takes the recipe's minutes): the Multi30k GPU recipe
+(configs/experiment/multi30k_transformer_gpu.yaml) trained by nmt-train for its budget, and its
+best checkpoint scored on test2016 by nmt-evaluate (beam 5), sacreBLEU signatures included.
 
 Every row runs in its own process (a fresh CUDA context: peak memory and compilation caches are
 not shared) under a time limit, and the whole run under a budget (`--budget-s`): a row that does
 not fit is recorded as skipped with the reason, never silently dropped. Rows run cheapest and most
 informative first (the peak, eager training at the first batch size, translation, eager training
-at the larger batches, then compiled training). Progress goes to stderr;
+at the larger batches, then compiled and graph-captured training). Progress goes to stderr;
 the JSON goes to stdout and, with `--out FILE`, to FILE.
 """
 
@@ -61,8 +67,18 @@ QUICK_SIZES = {
     ],
 }  # fmt: skip
 TRANSLATE_MODELS = ["transformer_small", "gru_bahdanau"]
+# how a training row runs: eager; torch.compile; torch.compile captured as CUDA graphs, with the
+# batches padded to a few shapes (train.length_step) so that the captured graphs are replayed
+MODES = {
+    "eager": [],
+    "compiled": ["train.compile=true"],
+    "graphs": ["train.compile=true", "train.cuda_graphs=true", "train.length_step=8"],
+}
+QUALITY_RECIPE = "multi30k_transformer_gpu"  # the quality part trains it for its budget
 PRECISIONS = ["fp32", "bf16"]
 BATCH_TOKENS = [4096, 16384, 32768]  # --quick: 600 and 1,200
+PARTS = ["peak", "eager", "translate", "compiled", "graphs", "quality"]
+DEFAULT_PARTS = PARTS[:-1]  # the quality part alone takes the recipe's minutes
 
 
 def log(message: str) -> None:
@@ -130,13 +146,17 @@ class Budget:
         return (documents[-1], None) if documents else (None, "printed no JSON")
 
 
-def compile_available(data: list[str]) -> bool:
-    """Whether this checkout's trainer knows `train.compile` (composition only, nothing runs)."""
+def modes_available(data: list[str]) -> set[str]:
+    """The training modes whose keys this checkout's trainer knows (composition only, nothing
+    runs): an older checkout measured for comparison may lack train.compile or train.cuda_graphs."""
     from nmt.cli import main as cli
 
-    sink = io.StringIO()
+    sink, known = io.StringIO(), set()
     with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
-        return cli.train(["--cfg", *data, "train.compile=false"]) == 0
+        for mode, overrides in MODES.items():
+            if cli.train(["--cfg", *data, *overrides]) == 0:
+                known.add(mode)
+    return known
 
 
 def checkout() -> str | None:
@@ -203,33 +223,32 @@ def train_rows(
     args,
     budget: Budget,
     data: list[str],
-    compiled: bool,
-    can_compile: bool,
+    mode: str,
+    available: set[str],
     peak: dict,
     sizes: list[int],
 ) -> list:
-    """One row per batch size (of `sizes`), model and precision."""
+    """One row per batch size (of `sizes`), model and precision, trained in `mode` (of MODES)."""
     rows = []
     peaks = peak.get("peak_tflops", {})
     for batch_tokens in sizes:
         for name, model in MODELS.items():
             for precision in PRECISIONS:
                 row = {
-                    "model": name, "precision": precision, "compile": compiled,
-                    "batch_tokens": batch_tokens,
+                    "model": name, "precision": precision, "mode": mode,
+                    "compile": mode != "eager", "batch_tokens": batch_tokens,
                 }  # fmt: skip
-                if compiled and not can_compile:
-                    rows.append({**row, "skipped": "train.compile not available"})
+                if mode not in available:
+                    rows.append({**row, "skipped": f"{' '.join(MODES[mode])}: not available"})
                     continue
                 overrides = [
                     *data, *model, *(QUICK_SIZES[name] if args.quick else []),
                     f"device={args.device}", f"train.precision={precision}",
-                    f"train.batch_tokens={batch_tokens}",
-                    *([f"train.compile={str(compiled).lower()}"] if can_compile else []),
+                    f"train.batch_tokens={batch_tokens}", *MODES[mode],
                 ]  # fmt: skip
                 argv = [sys.executable, "scripts/bench_train.py", *overrides]
                 argv += ["--windows", str(args.windows), "--steps", str(args.steps)]
-                log(f"train {name} {precision} {batch_tokens}{' compiled' if compiled else ''}")
+                log(f"train {name} {precision} {batch_tokens} {mode}")
                 result, why = budget.run_json(argv)
                 if result is None:
                     rows.append({**row, "skipped": why})
@@ -308,6 +327,52 @@ def translate_rows(args, budget: Budget, data: list[str], source: Path, work: Pa
     return rows
 
 
+def quality_row(args, budget: Budget, data_info: dict, data: list[str], work: Path) -> dict:
+    """Train the Multi30k GPU recipe (QUALITY_RECIPE) for its minutes with nmt-train, then score
+    its best checkpoint on test2016 with nmt-evaluate (beam 5, the command's defaults): BLEU,
+    chrF and TER with sacreBLEU's signatures, the updates made and the best valid BLEU. --quick
+    runs the recipe on the quick demo corpus with tiny sizes for a few seconds (a check)."""
+    if data_info["name"] not in ("multi30k", "demo (quick)"):
+        return {"recipe": QUALITY_RECIPE, "skipped": f"needs Multi30k in {MULTI30K}"}
+    run_dir = work / "quality"
+    overrides = [
+        f"experiment={QUALITY_RECIPE}",
+        *data,
+        f"device={args.device}",
+        f"run_dir={run_dir}",
+    ]
+    if args.quick:
+        overrides += [*QUICK_SIZES["transformer_small"], "train.max_minutes=0.3"]
+        overrides += ["train.valid_every=20", "train.batch_tokens=600"]
+    log(f"quality: nmt-train experiment={QUALITY_RECIPE} for its budget")
+    started = time.monotonic()
+    argv = [sys.executable, "-c", "from nmt.cli.main import main_train; main_train()", *overrides]
+    _, why = budget.run(argv, limit=args.quality_timeout_s)
+    row: dict = {"recipe": QUALITY_RECIPE, "overrides": overrides[1:]}
+    if why is not None:
+        log(f"  skipped: training: {why}")
+        return {**row, "skipped": f"training: {why}"}
+    row["train_wall_s"] = round(time.monotonic() - started, 1)
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    valid = [r for r in rows if r["split"] == "valid"]
+    row["updates"] = max(r["step"] for r in rows)
+    row["best_valid_bleu"] = max((r["bleu"] for r in valid if "bleu" in r), default=None)
+    out = work / "quality_eval"
+    argv = [
+        sys.executable, "-c", "from nmt.cli.main import main_evaluate; main_evaluate()",
+        f"ckpt={run_dir / 'checkpoints' / 'best'}", "split=test", f"out_dir={out}",
+        f"device={args.device}",
+    ]  # fmt: skip
+    log("quality: nmt-evaluate split=test")
+    _, why = budget.run(argv)
+    if why is not None:
+        log(f"  skipped: evaluation: {why}")
+        return {**row, "skipped": f"evaluation: {why}"}
+    scores = json.loads((out / "test.scores.json").read_text(encoding="utf-8"))
+    log(f"  test BLEU {scores['bleu']:.2f} after {row['updates']} updates")
+    return {**row, **{k: scores[k] for k in ("decode", "bleu", "chrf", "ter", "report")}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda", help="cuda (default), cuda:N or cpu")
@@ -317,9 +382,10 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, help="wall-clock budget of the whole run")
     parser.add_argument("--row-timeout-s", type=float, help="time limit of one row")
     parser.add_argument(
-        "--parts", default="peak,eager,translate,compiled",
-        help="which rows, comma-separated: peak (the matmul peak, for MFU), eager (training), "
-        "translate, compiled (training)",
+        "--parts", default=",".join(DEFAULT_PARTS),
+        help="which rows, comma-separated: peak (the matmul peak, for MFU), eager, compiled, "
+        "graphs (training), translate, quality (the Multi30k GPU recipe trained for its minutes "
+        f"and scored on test2016; not in the default, {','.join(DEFAULT_PARTS)})",
     )  # fmt: skip
     parser.add_argument(
         "--batch-tokens", help="training batch sizes, comma-separated (default 4096,16384,32768)"
@@ -327,8 +393,8 @@ def main() -> None:
     args = parser.parse_args()
     started = time.monotonic()
     parts = set(args.parts.split(","))
-    if not parts <= {"peak", "eager", "translate", "compiled"}:
-        parser.error(f"--parts {args.parts}: choose from peak, eager, translate, compiled")
+    if not parts <= set(PARTS):
+        parser.error(f"--parts {args.parts}: choose from {', '.join(PARTS)}")
 
     import torch
 
@@ -350,6 +416,7 @@ def main() -> None:
     args.batch1_sentences = 8 if quick else 100
     args.budget_s = args.budget_s or (110.0 if quick else 540.0)
     args.row_timeout_s = args.row_timeout_s or (40.0 if quick else 150.0)
+    args.quality_timeout_s = 60.0 if quick else 360.0  # the recipe's 3 minutes, validations, exit
     budget = Budget(args.budget_s - (time.monotonic() - started), args.row_timeout_s, 10.0)
 
     from nmt.device import describe, resolve_device
@@ -357,23 +424,26 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench_gpu.") as tmp:
         work = Path(tmp)
         data_info, data, source = choose_data(args, work / "demo")
-        can_compile = compile_available(data)
-        if not can_compile:
-            log("train.compile is not a key of this checkout's config: compiled rows skipped")
-        eager, translation, compiled, peak = [], [], [], {}
+        available = modes_available(data)
+        for mode in sorted(set(MODES) - available):
+            log(f"{' '.join(MODES[mode])}: not keys of this checkout's config: {mode} rows skipped")
+        eager, translation, later, peak, quality = [], [], [], {}, {}
         if "peak" in parts:
             peak = peak_row(args, budget)
         first, larger = args.batch_tokens[:1], args.batch_tokens[1:]
         # the first batch size, translation, then the larger batches: a budget that runs out
         # skips the rows that cost most
+        if "quality" in parts:
+            quality = quality_row(args, budget, data_info, data, work)
         if "eager" in parts:
-            eager = train_rows(args, budget, data, False, can_compile, peak, first)
+            eager = train_rows(args, budget, data, "eager", available, peak, first)
         if "translate" in parts:
             translation = translate_rows(args, budget, data, source, work)
         if "eager" in parts:
-            eager += train_rows(args, budget, data, False, can_compile, peak, larger)
-        if "compiled" in parts:
-            compiled = train_rows(args, budget, data, True, can_compile, peak, args.batch_tokens)
+            eager += train_rows(args, budget, data, "eager", available, peak, larger)
+        for mode in ("compiled", "graphs"):
+            if mode in parts:
+                later += train_rows(args, budget, data, mode, available, peak, args.batch_tokens)
 
     report = {
         "benchmark": "bench_gpu",
@@ -392,8 +462,9 @@ def main() -> None:
             "parts": sorted(parts),
         },
         "peak": peak,
-        "train": eager + compiled,
+        "train": eager + later,
         "translate": translation,
+        "quality": quality,
         "wall_s": round(time.monotonic() - started, 1),
         **describe(resolve_device(args.device)),
     }

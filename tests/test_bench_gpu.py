@@ -50,7 +50,7 @@ def test_every_size_model_and_precision_gets_a_row_with_its_mfu(bench):
     args = SimpleNamespace(quick=False, device="cuda", windows=3, steps=20)
     budget = FakeBudget()
     peak = {"size": 8192, "peak_tflops": {"fp32": 50.0, "bf16": 400.0}}
-    rows = bench.train_rows(args, budget, ["data=demo"], False, True, peak, [4096, 32768])
+    rows = bench.train_rows(args, budget, ["data=demo"], "eager", {"eager"}, peak, [4096, 32768])
     assert len(rows) == len(budget.runs) == 2 * len(bench.MODELS) * 2
     assert [r["batch_tokens"] for r in rows] == [4096] * 6 + [32768] * 6  # smaller first
     fp32 = rows[0]
@@ -58,4 +58,20 @@ def test_every_size_model_and_precision_gets_a_row_with_its_mfu(bench):
     assert rows[1]["model_tflops"] == 6.0 and rows[1]["mfu"] == 0.015  # bf16 peak is 8x
     skipped = [r for r in rows if "skipped" in r]
     assert len(skipped) == 3 and all(r["precision"] == "bf16" for r in skipped)
-    assert "train.compile=false" in budget.runs[0]
+    assert not any("train.compile=true" in run for run in budget.runs)
+
+
+def test_graph_rows_compile_capture_and_fix_the_shapes_or_say_why_not(bench):
+    args = SimpleNamespace(quick=False, device="cuda", windows=3, steps=20)
+    budget = FakeBudget()
+    rows = bench.train_rows(args, budget, ["data=demo"], "graphs", {"graphs"}, {}, [4096])
+    assert all(r["mode"] == "graphs" and r["compile"] for r in rows)
+    for run in budget.runs:
+        assert {"train.compile=true", "train.cuda_graphs=true", "train.length_step=8"} <= set(run)
+    # a checkout without the keys (an older commit measured for comparison) says so per row
+    rows = bench.train_rows(args, FakeBudget(), ["data=demo"], "graphs", {"eager"}, {}, [4096])
+    assert len(rows) == 6 and all("not available" in r["skipped"] for r in rows)
+
+
+def test_every_mode_composes_on_this_checkout(bench):
+    assert bench.modes_available(["data=demo"]) == set(bench.MODES)
