@@ -40,6 +40,7 @@ import io
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -77,7 +78,7 @@ MODES = {
 QUALITY_RECIPE = "multi30k_transformer_gpu"  # the quality part trains it for its budget
 PRECISIONS = ["fp32", "bf16"]
 BATCH_TOKENS = [4096, 16384, 32768]  # --quick: 600 and 1,200
-PARTS = ["peak", "eager", "translate", "compiled", "graphs", "quality"]
+PARTS = ["peak", "eager", "translate", "compiled", "graphs", "ddp", "quality"]
 DEFAULT_PARTS = PARTS[:-1]  # the quality part alone takes the recipe's minutes
 
 
@@ -111,8 +112,11 @@ class Budget:
     def left(self) -> float:
         return self.end - time.monotonic()
 
-    def run(self, argv: list[str], limit: float | None = None) -> tuple[str | None, str | None]:
-        """Run a child; returns (its stdout, None) or (None, why it failed or did not run)."""
+    def run(
+        self, argv: list[str], limit: float | None = None, env: dict | None = None
+    ) -> tuple[str | None, str | None]:
+        """Run a child (with `env` added to the environment); returns (its stdout, None) or
+        (None, why it failed or did not run)."""
         left = self.left()
         if left < self.minimum:
             return (
@@ -123,7 +127,7 @@ class Budget:
         # a session of its own, so a timeout also ends the compile workers it may have started
         child = subprocess.Popen(
             argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            start_new_session=True,
+            start_new_session=True, env={**os.environ, **(env or {})},
         )  # fmt: skip
         try:
             out, err = child.communicate(timeout=timeout)
@@ -327,6 +331,53 @@ def translate_rows(args, budget: Budget, data: list[str], source: Path, work: Pa
     return rows
 
 
+def ddp_rows(args, budget: Budget, data: list[str], work: Path) -> list:
+    """Training tokens/s under torchrun with every GPU against one process on one GPU:
+    transformer_small in fp32 at the first batch size, nmt-train for `ddp_steps` updates, the
+    median of its log windows after the first (metrics.jsonl's tokens_per_s counts every rank's
+    tokens); per GPU and the scaling efficiency. Each process takes one batch per update, so N
+    processes make updates N times larger. On the CPU: 2 gloo processes of one thread each."""
+    import torch
+
+    cpu = args.device == "cpu"
+    procs = 2 if cpu else torch.cuda.device_count()
+    if procs < 2:
+        return [{"skipped": f"{procs} GPU(s) here: the torchrun rows need 2 or more"}]
+    steps = args.ddp_steps
+    rows: list[dict] = []
+    for n in (1, procs):
+        run_dir = work / f"ddp{n}"
+        overrides = [
+            *data, *MODELS["transformer_small"],
+            *(QUICK_SIZES["transformer_small"] if args.quick else []), f"device={args.device}",
+            f"run_dir={run_dir}", f"train.batch_tokens={args.batch_tokens[0]}",
+            f"train.max_steps={steps}", f"train.log_every={max(steps // 6, 1)}",
+            f"train.valid_every={steps}", "train.valid_bleu=false", "train.metric=loss",
+        ]  # fmt: skip
+        argv = [
+            sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+            str(n), "--no-python", sys.executable, "-c",
+            "from nmt.cli.main import main_train; main_train()", *overrides,
+        ]  # fmt: skip
+        log(f"ddp: torchrun --nproc_per_node {n}, {steps} updates")
+        _, why = budget.run(
+            argv, limit=args.row_timeout_s * 2, env={"OMP_NUM_THREADS": "1"} if cpu else None
+        )
+        row: dict = {"processes": n, "model": "transformer_small", "precision": "fp32"}
+        if why is not None:
+            log(f"  skipped: {why}")
+            rows.append({**row, "skipped": why})
+            continue
+        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+        speeds = [r["tokens_per_s"] for r in map(json.loads, lines) if r["split"] == "train"]
+        speed = statistics.median(speeds[1:] or speeds)
+        rows.append({**row, "tgt_tokens_per_s": round(speed, 1), "per_gpu": round(speed / n, 1)})
+        log(f"  {speed:.0f} tgt tokens/s, {speed / n:.0f} per process")
+    if len(rows) == 2 and all("per_gpu" in r for r in rows):
+        rows[1]["scaling_efficiency"] = round(rows[1]["per_gpu"] / rows[0]["per_gpu"], 3)
+    return rows
+
+
 def quality_row(args, budget: Budget, data_info: dict, data: list[str], work: Path) -> dict:
     """Train the Multi30k GPU recipe (QUALITY_RECIPE) for its minutes with nmt-train, then score
     its best checkpoint on test2016 with nmt-evaluate (beam 5, the command's defaults): BLEU,
@@ -384,7 +435,8 @@ def main() -> None:
     parser.add_argument(
         "--parts", default=",".join(DEFAULT_PARTS),
         help="which rows, comma-separated: peak (the matmul peak, for MFU), eager, compiled, "
-        "graphs (training), translate, quality (the Multi30k GPU recipe trained for its minutes "
+        "graphs (training), translate, ddp (torchrun over every GPU), quality (the Multi30k GPU "
+        "recipe trained for its minutes "
         f"and scored on test2016; not in the default, {','.join(DEFAULT_PARTS)})",
     )  # fmt: skip
     parser.add_argument(
@@ -417,6 +469,7 @@ def main() -> None:
     args.budget_s = args.budget_s or (110.0 if quick else 540.0)
     args.row_timeout_s = args.row_timeout_s or (40.0 if quick else 150.0)
     args.quality_timeout_s = 60.0 if quick else 360.0  # the recipe's 3 minutes, validations, exit
+    args.ddp_steps = 12 if quick else 120
     budget = Budget(args.budget_s - (time.monotonic() - started), args.row_timeout_s, 10.0)
 
     from nmt.device import describe, resolve_device
@@ -427,7 +480,7 @@ def main() -> None:
         available = modes_available(data)
         for mode in sorted(set(MODES) - available):
             log(f"{' '.join(MODES[mode])}: not keys of this checkout's config: {mode} rows skipped")
-        eager, translation, later, peak, quality = [], [], [], {}, {}
+        eager, translation, later, ddp, peak, quality = [], [], [], [], {}, {}
         if "peak" in parts:
             peak = peak_row(args, budget)
         first, larger = args.batch_tokens[:1], args.batch_tokens[1:]
@@ -444,6 +497,8 @@ def main() -> None:
         for mode in ("compiled", "graphs"):
             if mode in parts:
                 later += train_rows(args, budget, data, mode, available, peak, args.batch_tokens)
+        if "ddp" in parts:
+            ddp = ddp_rows(args, budget, data, work)
 
     report = {
         "benchmark": "bench_gpu",
@@ -464,6 +519,7 @@ def main() -> None:
         "peak": peak,
         "train": eager + later,
         "translate": translation,
+        "ddp": ddp,
         "quality": quality,
         "wall_s": round(time.monotonic() - started, 1),
         **describe(resolve_device(args.device)),

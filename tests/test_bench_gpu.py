@@ -8,6 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_gpu.py"
 
@@ -75,3 +76,11 @@ def test_graph_rows_compile_capture_and_fix_the_shapes_or_say_why_not(bench):
 
 def test_every_mode_composes_on_this_checkout(bench):
     assert bench.modes_available(["data=demo"]) == set(bench.MODES)
+
+
+def test_torchrun_rows_need_two_gpus_and_say_so(bench, tmp_path):
+    args = SimpleNamespace(quick=False, device="cuda", ddp_steps=120, batch_tokens=[4096])
+    if torch.cuda.device_count() >= 2:
+        pytest.skip("this machine has the GPUs to run the rows")
+    rows = bench.ddp_rows(args, FakeBudget(), ["data=demo"], tmp_path)
+    assert len(rows) == 1 and "need 2 or more" in rows[0]["skipped"]

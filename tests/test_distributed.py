@@ -33,12 +33,14 @@ def lengths(data: Encoded) -> tuple[list[int], list[int]]:
     return [len(s) for s in data.src], [len(t) for t in data.tgt]
 
 
-def torchrun(run_dir: Path, demo_dir: Path, *extra: str) -> subprocess.CompletedProcess:
+def torchrun(
+    run_dir: Path, demo_dir: Path, *extra: str, procs: int = 2
+) -> subprocess.CompletedProcess:
     """`torchrun --standalone --nproc_per_node 2 --no-python nmt-train ...`, one thread each."""
     args = ["data=demo", f"data.local_dir={demo_dir}", f"run_dir={run_dir}", *SMALL, *SMALL_RNN]
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-        "--no-python", str(NMT_TRAIN), *args, *COMMON, *extra,
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+        str(procs), "--no-python", str(NMT_TRAIN), *args, *COMMON, *extra,
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
@@ -87,6 +89,25 @@ def test_resume_under_ddp_gives_the_same_losses(tmp_path, demo_dir):
     args = ["data=demo", f"data.local_dir={demo_dir}", f"run_dir={tmp_path / 'split'}"]
     resumed = [*args, *SMALL, *SMALL_RNN, *COMMON, *extra, "train.max_steps=9", "train.resume=true"]
     assert cli.train(resumed) == cli.EXIT_USAGE
+
+
+def test_one_process_under_torchrun_is_the_plain_run(tmp_path, demo_dir):
+    """torchrun --nproc_per_node 1 sets WORLD_SIZE=1: nmt-train runs as a plain process (no
+    process group, no DistributedDataParallel), so its weights and losses are the plain run's, bit
+    for bit, and its checkpoints resume either way. tests/test_gpu.py checks the same on CUDA."""
+    extra = ["train.max_steps=3", "train.valid_every=3", "model.dropout=0.3"]
+    done = torchrun(tmp_path / "torchrun", demo_dir, *extra, procs=1)
+    assert "processes" not in done.stderr  # the start line names no process count
+    args = ["data=demo", f"data.local_dir={demo_dir}", f"run_dir={tmp_path / 'plain'}"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # as torchrun's: the same order of float sums
+    command = [str(NMT_TRAIN), *args, *SMALL, *SMALL_RNN, *COMMON, *extra]
+    subprocess.run(command, env=env, check=True, capture_output=True, timeout=300)
+    assert losses(tmp_path / "torchrun") == losses(tmp_path / "plain")
+    a, b = weights(tmp_path / "torchrun"), weights(tmp_path / "plain")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert (
+        load_checkpoint(tmp_path / "torchrun" / "checkpoints" / "last").payload["world_size"] == 1
+    )
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 7])

@@ -263,6 +263,32 @@ def test_resume_on_cuda_gives_the_losses_of_an_uninterrupted_run(tmp_path, demo_
     )
 
 
+@pytest.mark.parametrize("model", TRAINED)
+def test_one_process_under_torchrun_is_the_plain_run_on_cuda(tmp_path, demo_dir, model):
+    """torchrun --nproc_per_node 1 on one GPU sets WORLD_SIZE=1: nmt-train runs as a plain
+    process (no NCCL group, no DistributedDataParallel), so the losses are the plain run's, up to
+    the run-to-run rounding of CUDA kernels (see the resume test above)."""
+    common = [
+        f"device={DEVICE}", *QUIET, "train.log_every=1", "train.valid_every=5",
+        "train.max_steps=5", "model.dropout=0.3",
+    ]  # fmt: skip
+    train(tmp_path / "plain", demo_dir, model, *common)
+    run = ["data=demo", f"data.local_dir={demo_dir}", f"run_dir={tmp_path / 'torchrun'}"]
+    args = [*run, f"model={model}", *SMALL, *sizes(model), *common]
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1",
+        "--no-python", sys.executable, "-c", "from nmt.cli.main import main_train; main_train()",
+        *args,
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    plain, launched = train_rows(tmp_path / "plain"), train_rows(tmp_path / "torchrun")
+    assert sorted(launched) == [1, 2, 3, 4, 5]
+    assert [launched[s] for s in sorted(launched)] == pytest.approx(
+        [plain[s] for s in sorted(plain)], rel=1e-5, abs=1e-5
+    )
+
+
 # 5. checkpoints move between devices ---------------------------------------------------------
 
 
