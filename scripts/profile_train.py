@@ -7,6 +7,10 @@ Prepares the run as nmt-train does (as scripts/bench_train.py), runs `--warmup` 
 profiles `--steps` updates and prints the ops with the largest self CPU time: their share of the
 profiled time, total milliseconds and number of calls. `--table` also prints torch's own table on
 stderr. CPU ops only (on CUDA, the kernels' time is not in this view).
+
+It also counts, per update, the leaf ops (ops that call no other op: on a GPU each launches at
+least one kernel, so at small batches their number bounds the update's time) and among them the
+dtype casts (`aten::copy_` under `aten::_to_copy`), which is what `train.precision=bf16` adds.
 """
 
 from __future__ import annotations
@@ -56,6 +60,8 @@ def main() -> None:
                 trainer.update([group])
     events = prof.key_averages()
     total = sum(e.self_cpu_time_total for e in events)
+    leaves = [e for e in prof.events() if not e.cpu_children]
+    casts = [e for e in leaves if e.name == "aten::copy_" and _under(e, "aten::_to_copy")]
     top = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[: args.top]
     if args.table:
         print(events.table(sort_by="self_cpu_time_total", row_limit=args.top), file=sys.stderr)
@@ -67,6 +73,8 @@ def main() -> None:
                 "batch_tokens": cfg.train.batch_tokens,
                 "steps": args.steps,
                 "self_cpu_ms_per_step": round(total / 1000 / args.steps, 1),
+                "leaf_ops_per_step": round(len(leaves) / args.steps, 1),
+                "casts_per_step": round(len(casts) / args.steps, 1),
                 "top": [
                     {
                         "op": e.key,
@@ -81,6 +89,16 @@ def main() -> None:
             indent=2,
         )
     )
+
+
+def _under(event, name: str) -> bool:
+    """Whether `event` runs inside an op called `name`."""
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name == name:
+            return True
+        parent = parent.cpu_parent
+    return False
 
 
 if __name__ == "__main__":
