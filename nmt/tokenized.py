@@ -43,14 +43,16 @@ QUIET_BELOW = 100_000  # pairs under which tokenizing shows no progress bars
 
 class TokenizedCorpus:
     """The training pairs as token ids on disk; in memory only the lengths of the pairs kept
-    (both sides non-empty and within `max_len` pieces), their row numbers, and where each record
-    batch of the Arrow files starts.
+    (both sides non-empty and within `max_len` pieces), their row numbers, where each pair's ids
+    start in its record batch, and where each record batch's id columns lie in the Arrow files.
 
-    Rows are read with plain file reads (pread) of the record batches that hold them, not through
-    a memory map: the pages of a map count toward the process's resident memory as they are
-    touched, and the random batches of training would touch them all, so resident memory would
-    grow to the corpus's size on disk. Read this way it stays flat (the kernel's page cache keeps
-    the file, shared and reclaimable).
+    A batch reads each of its pairs' ids with one plain file read (pread) per side, at the byte
+    offset of the row: Arrow keeps a column's ids in one buffer per record batch, and `datasets`
+    writes its files uncompressed, so a row's ids are a contiguous range of the file. Reading
+    whole record batches instead costs a thousand rows' decoding for each row a shuffled batch
+    needs; reading through a memory map would make resident memory grow to the corpus's size on
+    disk, since the random batches of training touch every page. Read this way it stays flat (the
+    kernel's page cache keeps the file, shared and reclaimable).
 
     Sources end with EOS, targets carry neither BOS nor EOS, as in `nmt.data.Encoded`; example i
     is the i-th pair kept."""
@@ -61,26 +63,39 @@ class TokenizedCorpus:
         if not files:
             raise NMTError(f"{path / DATA} holds no tokenized data: remove it to rebuild")
         self._fds = [os.open(f, os.O_RDONLY) for f in files]
-        self._schemas = [_schema(f) for f in files]
-        self._where: list[tuple[int, int, int]] = []  # per record batch: file, offset, size
-        firsts, src_len, tgt_len = [], [], []
+        file_of, firsts, src_len, tgt_len = [], [], [], []
+        # per record batch: the file offset of each side's id buffer; per row: where its ids
+        # start in that buffer (in ids)
+        bases: dict[str, list[int]] = {"src": [], "tgt": []}
+        starts: dict[str, list[np.ndarray]] = {"src": [], "tgt": []}
+        dtypes: dict[str, np.dtype] = {}
         rows = 0
         for number, file in enumerate(files):
-            for offset, size, batch in _record_batches(file):
-                self._where.append((number, offset, size))
+            for body_at, body, batch in _record_batches(file):
+                file_of.append(number)
                 firsts.append(rows)
                 rows += batch.num_rows
                 # copies: a view would keep the whole record batch in memory
                 src_len.append(batch.column("src_len").to_numpy().astype(np.int32))
                 tgt_len.append(batch.column("tgt_len").to_numpy().astype(np.int32))
+                for side in bases:
+                    column = batch.column(side)
+                    base, start = _ids_layout(column, body, body_at, file)
+                    bases[side].append(base)
+                    starts[side].append(start)
+                    dtypes[side] = np.dtype(column.type.value_type.to_pandas_dtype())
+        self._file_of = np.array(file_of, dtype=np.int64)  # file of each record batch
         self._first = np.array(firsts, dtype=np.int64)  # first row of each record batch
         src, tgt = np.concatenate(src_len), np.concatenate(tgt_len)
         keep = (src > 1) & (src <= max_len + 1) & (tgt > 0) & (tgt <= max_len)
         # what stays in memory: 4 bytes a pair for the row, 2 + 2 for the lengths (int16 holds
-        # any max_len a model trains on)
+        # any max_len a model trains on), 4 + 4 for where its ids start
         self.rows = np.flatnonzero(keep).astype(np.int32 if rows < 2**31 else np.int64)
         small = np.int16 if max_len < 2**15 - 1 else np.int32
         self.src_lens, self.tgt_lens = src[self.rows].astype(small), tgt[self.rows].astype(small)
+        self._bases = {side: np.array(b, dtype=np.int64) for side, b in bases.items()}
+        self._starts = {side: np.concatenate(s)[self.rows] for side, s in starts.items()}
+        self._dtypes = dtypes
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -101,28 +116,19 @@ class TokenizedCorpus:
     def flat(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(source ids, source lengths, target ids, target lengths) of examples `index`, in that
         order, each side one flat int64 array: what a batch is padded from and the lexicon learned
-        from. Each record batch that holds some of them is read once."""
+        from. One pread per example and side."""
         rows = self.rows[index].astype(np.int64)
-        which = np.searchsorted(self._first, rows, side="right") - 1  # record batch of each row
-        order = np.argsort(which, kind="stable")
-        batches, starts = np.unique(which[order], return_index=True)
-        parts: dict[str, list] = {"src": [], "tgt": []}
-        for b, lo, hi in zip(batches.tolist(), starts, [*starts[1:], len(order)]):
-            record = self._read(b)
-            local = pa.array(rows[order[lo:hi]] - self._first[b])
-            for side in parts:
-                parts[side].append(record.column(side).take(local))
-        back = pa.array(np.argsort(order))  # from record-batch order back to the order asked
+        batch = np.searchsorted(self._first, rows, side="right") - 1  # record batch of each row
+        fds = [self._fds[number] for number in self._file_of[batch].tolist()]
         out = []
-        for side in ("src", "tgt"):
-            lists = pa.concat_arrays(parts[side]).take(back) if parts[side] else pa.array([[]])
-            out += [lists.flatten().to_numpy().astype(np.int64), lists.value_lengths().to_numpy()]
-        return out[0], out[1].astype(np.int64), out[2], out[3].astype(np.int64)
-
-    def _read(self, b: int) -> pa.RecordBatch:
-        number, offset, size = self._where[b]
-        message = pa.ipc.read_message(pa.py_buffer(os.pread(self._fds[number], size, offset)))
-        return pa.ipc.read_record_batch(message, self._schemas[number])
+        for side, lens in (("src", self.src_lens), ("tgt", self.tgt_lens)):
+            dtype = self._dtypes[side]
+            at = (self._bases[side][batch] + dtype.itemsize * self._starts[side][index]).tolist()
+            counts = lens[index].astype(np.int64)
+            sizes = (counts * dtype.itemsize).tolist()
+            ids = b"".join([os.pread(fd, n, offset) for fd, n, offset in zip(fds, sizes, at)])
+            out += [np.frombuffer(ids, dtype=dtype).astype(np.int64), counts]
+        return out[0], out[1], out[2], out[3]
 
     def close(self) -> None:
         for fd in self._fds:
@@ -130,24 +136,33 @@ class TokenizedCorpus:
         self._fds = []
 
 
-def _schema(path: Path) -> pa.Schema:
-    """The schema of an Arrow IPC stream file: its first message."""
-    with pa.OSFile(str(path)) as f:
-        return pa.ipc.read_schema(pa.ipc.read_message(f))
+def _ids_layout(
+    column: pa.ListArray, body: pa.Buffer, body_at: int, file: Path
+) -> tuple[int, np.ndarray]:
+    """(file offset of the ids buffer, start of each row in it) of one id column of a record
+    batch read from `file`, whose message body (`body`) starts at byte `body_at`."""
+    ids = column.buffers()[3]  # list validity, list offsets, id validity, ids
+    inside = body.address <= ids.address and ids.address + ids.size <= body.address + body.size
+    if not inside or column.offset != 0 or column.values.offset != 0:
+        raise NMTError(
+            f"{file} is not the uncompressed Arrow stream nmt writes: remove "
+            f"{file.parent.parent} to tokenize the corpus again"
+        )
+    return body_at + (ids.address - body.address), column.offsets.to_numpy()[:-1].astype(np.int32)
 
 
-def _record_batches(path: Path) -> Iterator[tuple[int, int, pa.RecordBatch]]:
-    """(offset, size, batch) of each record batch of an Arrow IPC stream file, read once in
-    order with plain reads (a batch at a time in memory)."""
+def _record_batches(path: Path) -> Iterator[tuple[int, pa.Buffer, pa.RecordBatch]]:
+    """(file offset of the message body, the body, the batch) of each record batch of an Arrow
+    IPC stream file, read once in order with plain reads (a batch at a time in memory)."""
     with pa.OSFile(str(path)) as f:
         schema = pa.ipc.read_schema(pa.ipc.read_message(f))
         while True:
-            offset = f.tell()
             try:
                 message = pa.ipc.read_message(f)
             except EOFError:  # the stream's end marker
                 return
-            yield offset, f.tell() - offset, pa.ipc.read_record_batch(message, schema)
+            body = message.body
+            yield f.tell() - body.size, body, pa.ipc.read_record_batch(message, schema)
 
 
 def tokenize(cfg: DataConfig, vocabs: Vocabs, root: Path, source: str, pairs: int) -> Path:
