@@ -41,13 +41,15 @@ class BadUpdates:
     reads and resets it); `settle` brings the device-side ones over and logs them as a warning.
     """
 
-    def __init__(self, limit: int, saved_step: Callable[[], int], device: torch.device) -> None:
+    def __init__(
+        self, limit: int, saved_step: Callable[[], int], device: torch.device, fp16: bool = False
+    ) -> None:
         self.limit = limit
         self.saved_step = saved_step
+        self.fp16 = fp16  # overflow skips are GradScaler's routine: they never stop the run
         # updates skipped in a row now; the step at which `limit` in a row were reached (0 = not
         # yet); updates skipped since the last settle, and the first and last of their steps
         self.state = torch.zeros(5, dtype=torch.long, device=device)
-        self.fp16 = False  # set by fp16 runs: overflow skips are routine, they never stop the run
         self.skipped = 0
         self.oom_in_row = 0  # out-of-memory updates in a row, counted on the host
 
@@ -79,12 +81,14 @@ class BadUpdates:
         if pending:
             self.skipped += pending
             self.state[_PENDING:] = 0
+            # an fp16 overflow is how GradScaler finds its scale: worth a line, not a warning
+            level = logging.INFO if self.fp16 else logging.WARNING
             reason = "fp16 overflow (GradScaler lowers the scale)" if self.fp16 else NAN_REASON
             if pending == 1:
-                log.warning("step %d: %s; update skipped", first, reason)
+                log.log(level, "step %d: %s; update skipped", first, reason)
             else:
-                log.warning(
-                    "steps %d-%d: %s; %d updates skipped (%d in a row at the end)",
+                log.log(
+                    level, "steps %d-%d: %s; %d updates skipped (%d in a row at the end)",
                     first, last, reason, pending, in_row,
                 )  # fmt: skip
         if stop_at:

@@ -127,8 +127,7 @@ class Trainer:
         self.saved_step = -1  # step of the newest checkpoint
         self.run_log: RunLog | None = None  # rank 0's, while the loop runs
         self.resumed_at: int | None = None  # the step a resumed run continues from
-        self.bad = BadUpdates(cfg.train.max_bad_updates, lambda: self.saved_step, device)
-        self.bad.fp16 = fp16
+        self.bad = BadUpdates(cfg.train.max_bad_updates, lambda: self.saved_step, device, fp16)
         valid_tokens = sum(len(t) + 1 for t in data.valid.tgt)
         began = time.monotonic() if started is None else started
         self.budget = Budget(cfg.train.max_minutes, began, valid_tokens)  # train.max_minutes
