@@ -17,6 +17,7 @@ from nmt.checkpoint import load_checkpoint
 from nmt.cli import main as cli
 from nmt.data import Encoded
 from nmt.errors import NMTError
+from nmt.training.budget import AGREE_EVERY
 
 NMT_TRAIN = Path(sys.executable).parent / "nmt-train"
 COMMON = [
@@ -153,5 +154,6 @@ def test_sigterm_to_one_rank_stops_every_rank_after_the_same_update(tmp_path, de
     assert agent.returncode == 0, err[-3000:]
     step = load_checkpoint(run_dir / "checkpoints" / "last").payload["step"]
     assert f"after step {step}" in err and step >= 3
+    assert step % AGREE_EVERY == 0  # the ranks agree on stopping every AGREE_EVERY updates
     torchrun(run_dir, demo_dir, f"train.max_steps={step + 2}", "train.resume=true")
     assert sorted(losses(run_dir)) == list(range(1, step + 3))

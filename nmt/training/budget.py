@@ -16,6 +16,8 @@ import torch
 
 from nmt.training.distributed import Dist, sum_across
 
+AGREE_EVERY = 8  # updates between the ranks' agreements on stopping (under torchrun)
+
 
 class Budget:
     """Seconds spent and to spend; `check` after every update says whether to stop."""
@@ -54,9 +56,17 @@ class Budget:
         """The part of the budget spent (0 without one)."""
         return self.spent / self.seconds if self.seconds else 0.0
 
-    def check(self, signalled: bool, where: Dist, device: torch.device) -> tuple[bool, bool]:
-        """(a stop signal came, the budget is spent), agreed by all ranks in one all-reduce:
-        every rank must stop after the same update, and use the same learning rate."""
+    def check(
+        self, signalled: bool, step: int, where: Dist, device: torch.device
+    ) -> tuple[bool, bool]:
+        """(a stop signal came, the budget is spent) after update `step`, agreed by all ranks in
+        one all-reduce: every rank must stop after the same update, and use the same learning
+        rate. The all-reduce's result is read on the host, which waits for the device to finish
+        the update, so the ranks agree only every AGREE_EVERY updates (answering no stop, and
+        keeping the agreed seconds, in between): the host queues the next updates meanwhile, and
+        a signal or the budget's end is acted on at most AGREE_EVERY - 1 updates later."""
+        if where.active and step % AGREE_EVERY:
+            return False, False
         spent = self.elapsed() + self.validation_estimate()
         if where.active:
             flags = torch.tensor([float(signalled), spent], device=device)

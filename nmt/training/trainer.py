@@ -404,7 +404,9 @@ class Trainer:
 
     def _must_stop(self, stop: StopRequest) -> tuple[bool, bool]:
         """(a stop signal came, the time budget is spent), the same answer on every rank."""
-        return self.budget.check(stop.signal is not None, self.where, self.device)
+        return self.budget.check(
+            stop.signal is not None, self.progress.step, self.where, self.device
+        )
 
     def _out_of_time(self) -> Path:
         """train.max_minutes: validate and save the update just finished, as at max_steps."""
