@@ -111,6 +111,21 @@ def test_one_process_under_torchrun_is_the_plain_run(tmp_path, demo_dir):
     )
 
 
+def test_cuda_graphs_under_torchrun_are_refused_before_any_work(tmp_path, demo_dir):
+    run_dir = tmp_path / "run"
+    args = ["data=demo", f"data.local_dir={demo_dir}", f"run_dir={run_dir}", *SMALL, *SMALL_RNN]
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+        "--no-python", str(NMT_TRAIN), *args, *COMMON, "train.compile=true",
+        "train.cuda_graphs=true",
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode != 0
+    assert "train.cuda_graphs is for one process" in done.stderr
+    assert not run_dir.exists()  # nothing was read or written
+
+
 @pytest.mark.parametrize("world", [1, 2, 3, 7])
 def test_batches_are_dealt_evenly_and_cover_the_epoch(world):
     """Dealing batch i to rank i % world gives every rank as many batches; together they are the

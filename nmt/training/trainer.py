@@ -218,6 +218,8 @@ class Trainer:
             # gradients are all-reduced once per update, after the last batch
             sync = contextlib.nullcontext() if last or not self.where.active else self._no_sync()
             with sync:
+                if cfg.cuda_graphs:  # a new step: the last replay's outputs may be overwritten
+                    torch.compiler.cudagraph_mark_step_begin()
                 with autocast(self.device, cfg.precision):
                     loss, nll = batch_loss(self.train_model, batch, cfg.label_smoothing)
                 # DDP averages gradients over ranks: dividing by tokens / world makes the sum
@@ -444,6 +446,12 @@ def train_main(cfg: TrainRunConfig, started: float | None = None) -> Path:
     device = resolve_device(cfg.device, where.local_rank if where.active else None)
     check_precision(device, cfg.train.precision)
     check_precision(device, cfg.decode.precision, "decode.precision")
+    if cfg.train.cuda_graphs and where.active:
+        # DistributedDataParallel's gradient hooks and all-reduces inside captured graphs are not
+        # something nmt has run: refuse, before any work, rather than risk a hang across ranks
+        raise NMTError("train.cuda_graphs is for one process; under torchrun leave it false")
+    if cfg.train.cuda_graphs and device.type != "cuda":
+        log.warning("train.cuda_graphs has no effect on %s: the step runs compiled", device)
     init_process_group(where, device)
     try:
         return _train(cfg, device, where, started)
