@@ -34,16 +34,24 @@ def lengths(data: Encoded) -> tuple[list[int], list[int]]:
     return [len(s) for s in data.src], [len(t) for t in data.tgt]
 
 
-def torchrun(
+def torchrun_command(
     run_dir: Path, demo_dir: Path, *extra: str, procs: int = 2
-) -> subprocess.CompletedProcess:
-    """`torchrun --standalone --nproc_per_node 2 --no-python nmt-train ...`, one thread each."""
+) -> tuple[list[str], dict[str, str]]:
+    """`torchrun --standalone --nproc_per_node 2 --no-python nmt-train ...` and its environment
+    (one thread a process)."""
     args = ["data=demo", f"data.local_dir={demo_dir}", f"run_dir={run_dir}", *SMALL, *SMALL_RNN]
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
         str(procs), "--no-python", str(NMT_TRAIN), *args, *COMMON, *extra,
     ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return command, {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def torchrun(
+    run_dir: Path, demo_dir: Path, *extra: str, procs: int = 2
+) -> subprocess.CompletedProcess:
+    """Run `torchrun_command` to its end; it must succeed."""
+    command, env = torchrun_command(run_dir, demo_dir, *extra, procs=procs)
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return done
@@ -113,13 +121,8 @@ def test_one_process_under_torchrun_is_the_plain_run(tmp_path, demo_dir):
 
 def test_cuda_graphs_under_torchrun_are_refused_before_any_work(tmp_path, demo_dir):
     run_dir = tmp_path / "run"
-    args = ["data=demo", f"data.local_dir={demo_dir}", f"run_dir={run_dir}", *SMALL, *SMALL_RNN]
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-        "--no-python", str(NMT_TRAIN), *args, *COMMON, "train.compile=true",
-        "train.cuda_graphs=true",
-    ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    extra = ["train.compile=true", "train.cuda_graphs=true"]
+    command, env = torchrun_command(run_dir, demo_dir, *extra)
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode != 0
     assert "train.cuda_graphs is for one process" in done.stderr
@@ -151,13 +154,8 @@ def test_sigterm_to_one_rank_stops_every_rank_after_the_same_update(tmp_path, de
     """SLURM signals every process, but a signal that reaches one rank alone must stop them all
     at one step (the others would otherwise wait forever in the next all-reduce)."""
     run_dir = tmp_path / "run"
-    args = ["data=demo", f"data.local_dir={demo_dir}", f"run_dir={run_dir}", *SMALL, *SMALL_RNN]
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-        "--no-python", str(NMT_TRAIN), *args, *COMMON, "train.max_steps=100000",
-        "train.valid_every=100000",
-    ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    extra = ["train.max_steps=100000", "train.valid_every=100000"]
+    command, env = torchrun_command(run_dir, demo_dir, *extra)
     agent = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
     metrics, deadline = run_dir / "metrics.jsonl", time.monotonic() + 180
     while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
