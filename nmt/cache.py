@@ -11,9 +11,13 @@ directory, which nothing reads and a later build removes.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
+import inspect
 import json
+import marshal
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,6 +47,29 @@ def file_digest(paths: list[Path]) -> str:
                 sha.update(block)
         sha.update(b"\0")  # two files are not their concatenation
     return sha.hexdigest()[:32]
+
+
+@functools.cache
+def code_digest(parts: tuple[object, ...]) -> str:
+    """A digest of the source of `parts` (functions, compiled patterns): what a key holds in
+    place of a hand-bumped version number, so that an edit to the code that decides an entry's
+    content makes another entry. Computed once per tuple; the cache is keyed by the objects
+    themselves, not by a name or a path, so another function is another digest."""
+    return digest(*(_source(part) for part in parts))
+
+
+def _source(part: object) -> str:
+    if isinstance(part, re.Pattern):  # a module constant a function reads (its source is a name)
+        return f"{part.pattern!r} {int(part.flags)}"
+    try:
+        return inspect.getsource(part)  # type: ignore[arg-type]
+    except (OSError, TypeError):
+        code = getattr(part, "__code__", None)
+        if code is None:
+            raise
+        # no source file (a compiled-only install): the bytecode, which also changes when only
+        # line numbers move (a needless rebuild, never a stale entry)
+        return marshal.dumps(code).hex()
 
 
 @contextlib.contextmanager

@@ -218,8 +218,14 @@ def read_split(cfg: DataConfig, split: Split) -> Corpus:
 
 
 def split_digest(cfg: DataConfig, split: Split) -> tuple[str, int]:
-    """(digest of what a split is read from, number of pairs), checked before any work: the
-    files' contents (line counts compared, UTF-8 checked) or the hub dataset's cache files."""
+    """(digest of what a split is read from, number of pairs), checked before any work.
+
+    Local files: their contents (line counts compared, UTF-8 checked), the format and the
+    languages; the split's name (`data.local_splits`) only chooses the files, so it is in the
+    digest through their contents. The hub: the dataset, its config, the split's spec as given
+    to `load_dataset` (`data.hub_splits`: "train[:10%]" reads the same cache files as "train"),
+    the languages (which columns are the source), the columns, and the cache files by the
+    directory `datasets` names by a hash of the data it was built from, name and size."""
     if cfg.local_dir:
         fmt, files = local_files(cfg, split)
         scanned = [scan(path) for path in files]
@@ -231,8 +237,17 @@ def split_digest(cfg: DataConfig, split: Split) -> tuple[str, int]:
         parts = [fmt.value, cfg.src_lang, cfg.tgt_lang, [sha for sha, _ in scanned]]
         return digest(*parts), scanned[0][1]
     ds = load_hub_split(cfg, split)
-    files = [(Path(f["filename"]).name, os.path.getsize(f["filename"])) for f in ds.cache_files]
-    return digest(cfg.hub_id, cfg.hub_config, str(split), files, ds.column_names), len(ds)
+    spec = getattr(cfg.hub_splits, split.value)
+    files = [_cache_file(Path(f["filename"])) for f in ds.cache_files]
+    parts = [cfg.hub_id, cfg.hub_config, split.value, spec, cfg.src_lang, cfg.tgt_lang]
+    return digest(*parts, files, ds.column_names), len(ds)
+
+
+def _cache_file(path: Path) -> tuple[str, str, int]:
+    """A hub cache file as (its directory, name, size): `datasets` names the directory by a hash
+    of the data files it was built from, so an edited dataset of the same size is another entry;
+    the path above it (the user's cache root) does not matter."""
+    return path.parent.name, path.name, os.path.getsize(path)
 
 
 @dataclass

@@ -4,10 +4,11 @@ not memory.
 The first run on a corpus streams it into an Arrow table (Hugging Face `datasets`), tokenizes it
 in `data.num_proc` processes (`Dataset.map`) into columns of token ids (uint16 where the
 vocabulary fits, else int32) and their lengths, and saves it (`save_to_disk`) in the cache
-(`nmt.cache`), under a digest of the corpus files, the tokenizer files and ENCODING_VERSION: a
-changed corpus, tokenizer or encoding code is never read from a stale entry, and a run killed
-while tokenizing leaves only a temporary directory that nothing reads. Every run then scans the
-entry's Arrow files once (`TokenizedCorpus`): the two length columns select the pairs within
+(`nmt.cache`), under a digest of the corpus (`nmt.data.split_digest`), the tokenizer files and the
+source of the code that encodes (ENCODING_CODE): a changed corpus, split, tokenizer or encoding
+code is never read from a stale entry, and a run killed while tokenizing leaves only a temporary
+directory that nothing reads. Every run then scans the entry's Arrow files once
+(`TokenizedCorpus`, which its owner closes): the two length columns select the pairs within
 `data.max_len` and plan the batches (`nmt.batches`), and a batch's rows are read from disk only
 when it is trained on. The entry stays in `save_to_disk`'s format (`load_from_disk` opens it).
 
@@ -23,22 +24,25 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import sentencepiece as spm
 import torch
 
+from nmt import data as data_module
+from nmt import inputs, tokenizer
 from nmt.batches import Batch, pad_flat
-from nmt.cache import building, digest, file_digest
+from nmt.cache import building, code_digest, digest, file_digest
 from nmt.config import DataConfig, Split
 from nmt.data import load_hub_split, local_files, pair_from_record, raw_pairs
 from nmt.errors import NMTError
 from nmt.inputs import clean
-from nmt.tokenizer import BOS, EOS, Vocabs, load_vocabs
+from nmt.tokenizer import BOS, EOS, Vocab, Vocabs, load_vocabs
 
 log = logging.getLogger(__name__)
 
-ENCODING_VERSION = 1  # bump when what `_encode` writes changes: old entries are then not read
 DATA = "data"  # the save_to_disk directory inside an entry
 MIN_PAIRS_PER_PROCESS = 50_000  # fewer pairs than this per process tokenize faster in one
 QUIET_BELOW = 100_000  # pairs under which tokenizing shows no progress bars
+SHARD_BYTES = 500 << 20  # save_to_disk's shard size (its default): a shard is one Arrow file
 
 
 class TokenizedCorpus:
@@ -62,7 +66,15 @@ class TokenizedCorpus:
         files = sorted((path / DATA).glob("data-*.arrow"))  # save_to_disk's shards, in order
         if not files:
             raise NMTError(f"{path / DATA} holds no tokenized data: remove it to rebuild")
-        self._fds = [os.open(f, os.O_RDONLY) for f in files]
+        self._fds: list[int] = []
+        try:
+            self._fds = [os.open(f, os.O_RDONLY) for f in files]
+            self._scan(files, max_len)
+        except BaseException:
+            self.close()
+            raise
+
+    def _scan(self, files: list[Path], max_len: int) -> None:
         file_of, firsts, src_len, tgt_len = [], [], [], []
         # per record batch: the file offset of each side's id buffer; per row: where its ids
         # start in that buffer (in ids)
@@ -131,9 +143,19 @@ class TokenizedCorpus:
         return out[0], out[1], out[2], out[3]
 
     def close(self) -> None:
-        for fd in self._fds:
+        """Close the shard files (idempotent); the corpus reads nothing after."""
+        fds, self._fds = getattr(self, "_fds", []), []
+        for fd in fds:
             os.close(fd)
-        self._fds = []
+
+    def __enter__(self) -> TokenizedCorpus:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # a safety net for an owner that forgot `close`, not the way
+        self.close()
 
 
 def _ids_layout(
@@ -165,10 +187,24 @@ def _record_batches(path: Path) -> Iterator[tuple[int, pa.Buffer, pa.RecordBatch
             yield f.tell() - body.size, body, pa.ipc.read_record_batch(message, schema)
 
 
+def encoding_digest() -> str:
+    """The digest of ENCODING_CODE's source (at the end of this module) and the sentencepiece
+    version, computed once."""
+    return digest(code_digest(ENCODING_CODE), spm.__version__)
+
+
+def tokenizer_digest(vocabs: Vocabs) -> str:
+    """What decides the ids a tokenizer gives: each side's model and pruned list, by name (a
+    side's role) and content."""
+    sides = (vocabs.src, vocabs.tgt)
+    return digest(*([path.name, file_digest([path])] for side in sides for path in side.files()))
+
+
 def tokenize(cfg: DataConfig, vocabs: Vocabs, root: Path, source: str, pairs: int) -> Path:
     """The cache entry of the training split `source` (its digest) tokenized with `vocabs`,
     built now if it is not there; its path."""
-    key = digest(source, file_digest(vocabs.files()), ENCODING_VERSION)
+    vocab_key = tokenizer_digest(vocabs)
+    key = digest(source, vocab_key, encoding_digest())
     final = root / "corpora" / key
     if (final / DATA).is_dir():
         return final
@@ -184,14 +220,16 @@ def tokenize(cfg: DataConfig, vocabs: Vocabs, root: Path, source: str, pairs: in
         datasets.disable_progress_bars()
     try:
         with building(final) as tmp:
-            _build(cfg, vocabs, tmp, procs, key)
+            _build(cfg, vocabs, vocab_key, tmp, procs, key)
     finally:
         if quiet:
             datasets.enable_progress_bars()
     return final
 
 
-def _build(cfg: DataConfig, vocabs: Vocabs, out: Path, procs: int, key: str) -> None:
+def _build(
+    cfg: DataConfig, vocabs: Vocabs, vocab_key: str, out: Path, procs: int, key: str
+) -> None:
     import datasets
 
     work = out / "work"
@@ -222,9 +260,12 @@ def _build(cfg: DataConfig, vocabs: Vocabs, out: Path, procs: int, key: str) -> 
         _encode, batched=True, num_proc=procs if procs > 1 else None, features=features,
         remove_columns=raw.column_names, cache_file_name=str(work / "encoded.arrow"),
         new_fingerprint=key, desc="tokenizing",
-        fn_kwargs={"fields": fields, "vocab_dir": str(vocabs.src.path.parent), "data": cfg},
+        fn_kwargs={
+            "fields": fields, "vocab_dir": str(vocabs.src.path.parent), "vocab_key": vocab_key,
+            "data": cfg,
+        },
     )  # fmt: skip
-    encoded.save_to_disk(str(out / DATA))
+    encoded.save_to_disk(str(out / DATA), max_shard_size=SHARD_BYTES)
     del raw, encoded
     import shutil
 
@@ -236,14 +277,30 @@ def _raw_rows(fmt, files: tuple[Path, ...], cfg: DataConfig):  # noqa: ANN001, A
         yield {"src": src, "tgt": tgt}
 
 
-_VOCABS: dict[str, Vocabs] = {}  # per process: each worker of `map` loads the models once
+# Per process, the tokenizer last loaded, keyed by the digest of its files as well as its
+# directory: each worker of `map` loads the models once, and a tokenizer rewritten in the same
+# directory (a second run in one process) is another key, never the old models.
+_VOCABS: dict[tuple[str, str], Vocabs] = {}
 
 
-def _encode(batch: dict, fields: tuple[str, str, bool], vocab_dir: str, data: DataConfig) -> dict:
-    """A batch of raw pairs -> cleaned, tokenized ids and lengths (in a worker of `map`)."""
-    vocabs = _VOCABS.get(vocab_dir)
+def _vocabs(vocab_dir: str, vocab_key: str) -> Vocabs:
+    """The tokenizer in `vocab_dir`, which must be the one whose files digest to `vocab_key`
+    (what the entry's key holds)."""
+    vocabs = _VOCABS.get((vocab_dir, vocab_key))
     if vocabs is None:
-        vocabs = _VOCABS[vocab_dir] = load_vocabs(Path(vocab_dir))
+        vocabs = load_vocabs(Path(vocab_dir))
+        if tokenizer_digest(vocabs) != vocab_key:
+            raise NMTError(f"the tokenizer in {vocab_dir} changed while tokenizing: run again")
+        _VOCABS.clear()  # one tokenizer at a time
+        _VOCABS[vocab_dir, vocab_key] = vocabs
+    return vocabs
+
+
+def _encode(
+    batch: dict, fields: tuple[str, str, bool], vocab_dir: str, vocab_key: str, data: DataConfig
+) -> dict:
+    """A batch of raw pairs -> cleaned, tokenized ids and lengths (in a worker of `map`)."""
+    vocabs = _vocabs(vocab_dir, vocab_key)
     src_key, tgt_key, nested = fields
     if nested:
         pairs = [pair_from_record(record, data) for record in batch["translation"]]
@@ -266,3 +323,23 @@ def _nmt_error(err: BaseException) -> NMTError | None:
         seen.add(id(err))
         err = err.__cause__ or err.__context__
     return None
+
+
+# The code that decides what an entry holds, beyond the corpus and the tokenizer files: the
+# source of these is digested into the key (`encoding_digest`), so that an edit to any of them is
+# another entry, never a stale one. Keep the list whole when that code moves or grows:
+# - `_build`: which rows are read, the columns, the id dtype; `_raw_rows`, `nmt.data.raw_pairs`
+#   and `nmt.data._lines`: the text of a local row (BOM, UTF-8, TSV fields, JSONL records);
+#   `nmt.data.pair_from_record`: the text of a JSONL or hub record;
+# - `_vocabs`: the tokenizer a worker encodes with; `_encode`, `nmt.inputs.clean` and its
+#   pattern: the cleaning, the EOS, the lengths;
+# - `nmt.tokenizer.load_vocabs`, `Vocab.__init__`, `Vocab.encode`, `_read_kept`: which model and
+#   pruned list encode which side, and how a pruned id is mapped.
+# The sentencepiece version joins them in the key (its encoder decides the pieces). What reads an
+# entry (`TokenizedCorpus`) is not in the list: it refuses a layout it does not know.
+ENCODING_CODE: tuple[object, ...] = (
+    _build, _raw_rows, _vocabs, _encode,
+    data_module.raw_pairs, data_module._lines, data_module.pair_from_record,
+    inputs.clean, inputs._SPACE,
+    tokenizer.load_vocabs, Vocab.__init__, Vocab.encode, tokenizer._read_kept,
+)  # fmt: skip

@@ -12,7 +12,15 @@ import torch
 
 from nmt.batches import collate, epoch_batches, token_batches
 from nmt.config import DataConfig, DataFormat, Split, SplitNames, TokenizerConfig
-from nmt.data import Corpus, Encoded, encode, filter_length, read_lines, read_split
+from nmt.data import (
+    Corpus,
+    Encoded,
+    encode,
+    filter_length,
+    read_lines,
+    read_split,
+    split_digest,
+)
 from nmt.demo import generate_pairs
 from nmt.errors import NMTError
 from nmt.inputs import clean
@@ -95,6 +103,25 @@ def test_auto_prefers_text_files_and_uses_the_split_stem(tmp_path):
     assert read_split(_local(tmp_path), Split.valid) == Corpus(["v"], ["w"])
     renamed = _local(tmp_path, local_splits=SplitNames(valid="dev"))
     assert read_split(renamed, Split.valid) == Corpus(["d"], ["e"])
+
+
+def test_a_local_split_digest_follows_what_is_read_not_the_names(tmp_path):
+    """The key of a local split (its tokenizer's and its tokenized corpus's) holds what decides
+    the pairs: the files' contents and the direction. A stem (data.local_splits) only chooses
+    the files: the same text under another name shares the entry, other text does not."""
+    _write_text(tmp_path)
+    _write_text(tmp_path, "copy")
+    _write_text(tmp_path, "other", RAW[:3])
+    key, pairs = split_digest(_local(tmp_path), Split.train)
+    assert pairs == len(RAW)
+    renamed = _local(tmp_path, local_splits=SplitNames(train="copy"))
+    assert split_digest(renamed, Split.train) == (key, pairs)
+    other = split_digest(_local(tmp_path, local_splits=SplitNames(train="other")), Split.train)
+    assert other[0] != key and other[1] == 3
+    _write_jsonl(tmp_path / "j", FLAT)  # one file for both sides: only the languages say which
+    forward = split_digest(_local(tmp_path / "j"), Split.train)[0]
+    back = DataConfig(name="toy", src_lang="en", tgt_lang="de", local_dir=str(tmp_path / "j"))
+    assert split_digest(back, Split.train)[0] != forward
 
 
 def test_jsonl_mixed_records_and_blank_lines(tmp_path):
