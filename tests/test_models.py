@@ -198,3 +198,41 @@ def test_embedding_dropout_drops_the_embeddings_only(places, expect, decoder):
 def test_embedding_dropout_outside_zero_to_one_is_refused():
     with pytest.raises(Exception, match=r"model.embedding_dropout=1.0 must be in \[0, 1\)"):
         RNNConfig(embedding_dropout=1.0)
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        dict(decoder="luong", cell="lstm", input_feeding=True, decoder_layers=2),
+        dict(decoder="bahdanau", cell="lstm", encoder_layers=2),
+    ],
+)
+def test_an_lstm_under_cpu_bf16_autocast_runs_its_cells_in_fp32_on_any_cpu(variant):
+    """oneDNN's bf16 LSTM kernel exists only on AVX-512 CPUs (an AVX2-only CPU fails to create its
+    primitive), so under a CPU autocast the fused LSTM runs in fp32 on every CPU: training and
+    search work, and the cells' outputs are the fp32 model's wherever their inputs are. .ci/run
+    runs this file's bf16 tests with torch limited to AVX2 as well."""
+    torch.manual_seed(0)
+    model = tiny(**variant)
+    batch, _ = batch_of(3, [7, 5, 2])
+    seen = []
+    for rnn in (model.encoder.rnn, model.decoder.rnn):
+        rnn.register_forward_hook(lambda m, args, out: seen.append(out[0]))
+    reference = model.encoder(batch.src, batch.src_lens).memory  # fp32 throughout
+    seen.clear()
+    model.train()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits, _ = model(batch.src, batch.src_lens, batch.tgt_in)
+    assert logits.dtype == torch.bfloat16  # the output layer ran in bf16
+    assert all((x.data if hasattr(x, "batch_sizes") else x).dtype == torch.float32 for x in seen)
+    logits.float().logsumexp(-1).sum().backward()  # and so does the backward pass
+    assert all(
+        p.grad is not None and bool(p.grad.isfinite().all()) for p in model.encoder.rnn.parameters()
+    )
+    model.eval()
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+        memory = model.encoder(batch.src, batch.src_lens).memory
+        found = greedy(model, batch.src, batch.src_lens, DecodeConfig())
+    # the encoder is the LSTM alone (its embeddings are a lookup): exactly the fp32 states
+    torch.testing.assert_close(memory, reference, rtol=0, atol=0)
+    assert len(found) == 3

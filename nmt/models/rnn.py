@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from nmt.config import Bridge, Cell, DecoderStyle, RNNConfig
 from nmt.models.attention import Attention, Prepared, build_attention
@@ -23,6 +23,25 @@ from nmt.tokenizer import PAD
 Hidden = Tensor | tuple[Tensor, Tensor]  # GRU: h (L, B, H); LSTM: (h, c)
 
 
+class LSTM(nn.LSTM):
+    """`nn.LSTM` that runs in float32 under a CPU autocast; its state dict is nn.LSTM's.
+
+    CPU autocast sends the fused LSTM to oneDNN's bf16 kernel, which exists only on CPUs with
+    AVX-512 (an AVX2-only CPU fails with "could not create a primitive descriptor for the LSTM
+    forward propagation primitive", in training and in search alike). Running the cell in fp32 on
+    every CPU keeps bf16 working everywhere and gives one result on every CPU; the matrix products
+    around the cell (attention, output layer) stay in bf16. GPUs keep autocast's choice."""
+
+    def forward(self, input, hx=None):  # noqa: ANN001, ANN201 - nn.LSTM's own signature
+        data = input.data if isinstance(input, PackedSequence) else input
+        if data.device.type != "cpu" or not torch.is_autocast_enabled("cpu"):
+            return super().forward(input, hx)
+        if hx is not None:
+            hx = (hx[0].float(), hx[1].float())
+        with torch.autocast("cpu", enabled=False):
+            return super().forward(input.float(), hx)
+
+
 def _rnn(
     cell: Cell,
     input_size: int,
@@ -31,7 +50,7 @@ def _rnn(
     dropout: float,
     bidirectional: bool = False,
 ) -> nn.RNNBase:
-    cls = nn.GRU if cell == Cell.gru else nn.LSTM
+    cls = nn.GRU if cell == Cell.gru else LSTM
     return cls(
         input_size,
         hidden_size,
