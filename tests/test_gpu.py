@@ -116,6 +116,16 @@ def test_a_few_updates_in_every_precision(tmp_path, demo_dir, model, precision):
     valid_losses = [r["loss"] for r in rows if r["split"] == "valid"]
     assert len(train_losses) == 6 and len(valid_losses) == 1
     assert all(math.isfinite(x) for x in train_losses + valid_losses), rows
+    # a finite loss proves nothing of a window whose updates were all skipped (its loss is 0 over
+    # 0 tokens): one row per update here, and each says whether its update reached the weights
+    train_rows = [r for r in rows if r["split"] == "train"]
+    applied = [r["tokens"] > 0 for r in train_rows]
+    assert applied == [r["skipped"] == 0 for r in train_rows], train_rows  # the counts agree
+    assert applied == ["grad_norm" in r for r in train_rows], train_rows
+    if precision == "fp16":  # GradScaler may skip the first updates while it lowers its scale
+        assert any(applied) and all(applied[applied.index(True) :]), train_rows
+    else:
+        assert all(applied), train_rows
     ckpt = load_checkpoint(tmp_path / "checkpoints" / "last")
     assert ckpt.payload["step"] == 6
     # fp16 skips the updates whose scaled gradients overflow; none may leave a NaN in a weight

@@ -2,6 +2,7 @@
 preemption (SIGTERM/SIGINT), a resume with changed settings, a damaged newest checkpoint, a full
 disk, NaN/inf updates, out-of-memory batches."""
 
+import contextlib
 import errno
 import json
 import logging
@@ -11,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -209,6 +211,21 @@ def weights(trainer: Trainer) -> dict[str, torch.Tensor]:
     return {k: v.clone() for k, v in trainer.model.state_dict().items()}
 
 
+def moments(trainer: Trainer) -> dict[tuple[str, str], torch.Tensor]:
+    """The optimizer's state (moments, step count) of every parameter, keyed by parameter name and
+    state name: the state names repeat across parameters."""
+    state = trainer.optimizer.state
+    return {
+        (name, key): value.clone()
+        for name, param in trainer.model.named_parameters()
+        for key, value in state.get(param, {}).items()
+    }
+
+
+def unchanged(before: dict, after: dict) -> bool:
+    return before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+
+
 def inject(monkeypatch, fault, at: set[int], trainer: Trainer) -> None:
     """Make the loss of the updates numbered in `at` go wrong with `fault`."""
     real = train_module.batch_loss
@@ -229,15 +246,14 @@ def test_a_bad_update_is_skipped_and_leaves_the_weights_alone(trainer, monkeypat
     inject(monkeypatch, fault, {2}, trainer)
     batches = groups(trainer)
     trainer.update(batches[0])
-    before = weights(trainer)
-    optimizer = {k: v.clone() for s in trainer.optimizer.state.values() for k, v in s.items()}
+    before, optimizer = weights(trainer), moments(trainer)
+    assert len(optimizer) == 3 * len(list(trainer.model.parameters()))  # step, exp_avg, exp_avg_sq
     done = trainer.update(batches[1])
     assert not done.applied  # and the window leaves it out: see the log line test below
     after = weights(trainer)
-    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert unchanged(before, after)
     # the moments and the step count too: a skipped update is no update at all
-    state = {k: v for s in trainer.optimizer.state.values() for k, v in s.items()}
-    assert all(torch.equal(optimizer[k], state[k]) for k in optimizer)
+    assert unchanged(optimizer, moments(trainer))
     trainer.bad.settle()  # what the loop does once per log window
     assert trainer.bad.skipped == 1 and trainer.progress.step == 2
     err = "\n".join(r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
@@ -293,9 +309,182 @@ def test_the_nan_log_line_counts_skipped_updates(tmp_path, demo_dir, monkeypatch
     assert all(0 < r["grad_norm"] < float("inf") for r in train_rows)  # the good updates' mean
 
 
-def test_a_collapsed_fp16_loss_scale_stops_the_run(trainer):
-    with pytest.raises(NMTError, match="fp16 loss scale collapsed"):
-        trainer.bad.settle(loss_scale=2.0**-20)
+# --- fp16: GradScaler's verdict -----------------------------------------------------------------
+
+
+@pytest.fixture
+def fp16_trainer(tmp_path, demo_dir, monkeypatch) -> Trainer:
+    """A trainer with train.precision=fp16 on the CPU: a real, enabled GradScaler("cpu") scales,
+    unscales, steps and rescales. The forward runs in fp32 (fp16 autocast on the CPU is slow, and
+    nmt refuses fp16 on the CPU before it builds a Trainer): what is under test is GradScaler and
+    the bookkeeping around it, and the overflows are planted (`overflow`)."""
+    extra = ["train.max_bad_updates=3", "train.precision=fp16"]
+    cfg = cli.compose_config("train", args(tmp_path / "run", demo_dir, *extra))
+    data, model, _ = prepare_run(cfg)
+    monkeypatch.setattr(
+        train_module, "autocast", lambda device, precision: contextlib.nullcontext()
+    )
+    trainer = Trainer(cfg, model, data, torch.device("cpu"))
+    assert trainer.scaler.is_enabled() and trainer.scaler.get_scale() == 2.0**16
+    return trainer
+
+
+def overflow(monkeypatch, trainer: Trainer, when: Callable[[int, float], bool]) -> None:
+    """Updates for which `when(step, loss scale)` holds get gradients that overflow (inf, found by
+    GradScaler's unscale_) under a finite loss, as fp16 gradients do when the scale is too high."""
+    real = train_module.batch_loss
+
+    def overflowing(model, batch, smoothing):
+        loss, nll = real(model, batch, smoothing)
+        if when(trainer.progress.step, trainer.scaler.get_scale()):
+            loss.register_hook(lambda grad: grad * float("inf"))
+        return loss, nll
+
+    monkeypatch.setattr(train_module, "batch_loss", overflowing)
+
+
+def nan_loss(monkeypatch, trainer: Trainer, at: set[int], gradients: str = "finite") -> None:
+    """The updates numbered in `at` get a NaN loss whose gradients stay those of the real loss
+    (finite: GradScaler alone finds nothing wrong with them), or are NaN too."""
+    real = train_module.batch_loss
+
+    def nan_valued(model, batch, smoothing):
+        loss, nll = real(model, batch, smoothing)
+        if trainer.progress.step in at:
+            if gradients == "finite":
+                loss = loss - loss.detach() + float("nan")  # the value NaN, the gradient the same
+            else:
+                loss = loss * float("nan")
+        return loss, nll
+
+    monkeypatch.setattr(train_module, "batch_loss", nan_valued)
+
+
+def host_reads(monkeypatch) -> list[str]:
+    """The device-to-host reads (.item(), .tolist(), bool(), float(), int() of a tensor) that the
+    fp16 step and its bookkeeping make, recorded as they happen: on a GPU each would wait there."""
+    reads, real_step = [], Trainer._fp16_step
+
+    def recording(self, *args):
+        with monkeypatch.context() as m:
+            for name in ("item", "tolist", "__bool__", "__float__", "__int__", "__index__"):
+                real = getattr(torch.Tensor, name)
+                m.setattr(
+                    torch.Tensor,
+                    name,
+                    lambda t, *a, _n=name, _r=real: reads.append(_n) or _r(t, *a),
+                )
+            return real_step(self, *args)
+
+    monkeypatch.setattr(Trainer, "_fp16_step", recording)
+    return reads
+
+
+def messages(caplog, level: int) -> str:
+    return "\n".join(r.getMessage() for r in caplog.records if r.levelno == level)
+
+
+def test_fp16_overflows_are_skipped_by_gradscaler_and_logged_as_routine(
+    fp16_trainer, monkeypatch, caplog
+):
+    trainer = fp16_trainer
+    caplog.set_level(logging.INFO, logger="nmt")
+    overflow(monkeypatch, trainer, lambda step, scale: step in {2, 3})
+    reads = host_reads(monkeypatch)
+    batches = groups(trainer)
+    assert trainer.update(batches[0]).applied
+    before, optimizer = weights(trainer), moments(trainer)
+    for group in batches[1:3]:
+        done = trainer.update(group)
+        assert not done.applied and not torch.isfinite(done.norm)
+    assert unchanged(before, weights(trainer)) and unchanged(optimizer, moments(trainer))
+    assert reads == []  # GradScaler's verdict stayed on the device
+    assert trainer.scaler.get_scale() == 2.0**14  # GradScaler halved it once per overflow
+    trainer._settle()  # what the loop does once per log window
+    assert trainer.bad.skipped == 2
+    assert "steps 2-3: fp16 overflow (GradScaler lowers the scale); 2 updates skipped" in messages(
+        caplog, logging.INFO
+    )
+    assert "skipped" not in messages(caplog, logging.WARNING)  # the scale search is no fault
+    assert trainer.update(batches[3]).applied
+    assert not unchanged(before, weights(trainer))
+
+
+@pytest.mark.parametrize("gradients", ["finite", "nan"])
+def test_an_fp16_nan_loss_is_skipped_not_applied(fp16_trainer, monkeypatch, caplog, gradients):
+    """GradScaler checks only the gradients; a NaN loss is skipped as in fp32 whatever its
+    gradients, and what is counted is what reached the weights."""
+    trainer = fp16_trainer
+    nan_loss(monkeypatch, trainer, {2}, gradients)
+    batches = groups(trainer)
+    trainer.update(batches[0])
+    before, optimizer = weights(trainer), moments(trainer)
+    done = trainer.update(batches[1])
+    assert bool(torch.isfinite(done.norm)) == (gradients == "finite")
+    assert not torch.isfinite(done.sums[0]) and not done.applied
+    assert unchanged(before, weights(trainer)) and unchanged(optimizer, moments(trainer))
+    trainer._settle()
+    assert trainer.bad.skipped == 1
+    warned = messages(caplog, logging.WARNING)
+    assert "step 2: the loss is NaN/inf" in warned and "update skipped" in warned
+    assert trainer.update(batches[2]).applied
+
+
+@pytest.mark.parametrize(
+    "fault, stop_at",
+    [("nan", 4), ("overflow", 16 + 3)],
+    ids=["nan-loss", "overflow-at-every-scale"],
+)
+def test_fp16_bad_updates_in_a_row_stop_the_run(fp16_trainer, monkeypatch, fault, stop_at):
+    """max_bad_updates=3 under fp16: three NaN losses in a row; or gradients that overflow at
+    every scale, where the 16 halvings from 2^16 down to 1 are GradScaler's search and the three
+    overflows at a scale of 1 and below stop the run."""
+    trainer = fp16_trainer
+    if fault == "nan":
+        nan_loss(monkeypatch, trainer, set(range(2, 100)))
+    else:
+        overflow(monkeypatch, trainer, lambda step, scale: True)
+    batches = groups(trainer)
+    with pytest.raises(NMTError, match=f"stopping at step {stop_at}: 3 updates in a row") as err:
+        for group in batches[: stop_at + 2]:
+            trainer.update(group)
+            trainer._settle()
+    assert trainer.progress.step == stop_at  # read at the window that ends with it
+    assert "the loss is NaN/inf, or the gradients overflow fp16" in str(err.value)
+    assert "train.lr" in str(err.value)
+    assert all(bool(torch.isfinite(w).all()) for w in weights(trainer).values())  # none applied
+
+
+def test_a_healthy_fp16_run_whose_scale_finds_itself_is_not_stopped(
+    fp16_trainer, monkeypatch, caplog
+):
+    """Gradients that overflow above a scale of 2^10: six overflows in a row (over the limit of
+    3) while GradScaler lowers its scale from 2^16, then every update applies."""
+    trainer = fp16_trainer
+    caplog.set_level(logging.INFO, logger="nmt")
+    overflow(monkeypatch, trainer, lambda step, scale: scale > 2.0**10)
+    applied = []
+    for group in groups(trainer)[:9]:
+        applied.append(bool(trainer.update(group).applied))
+        trainer._settle()
+    assert applied == [False] * 6 + [True] * 3
+    assert trainer.scaler.get_scale() == 2.0**10 and trainer.bad.skipped == 6
+    assert "skipped" not in messages(caplog, logging.WARNING)
+
+
+def test_a_collapsed_fp16_loss_scale_stops_the_run(fp16_trainer, monkeypatch):
+    """Overflows between applied updates make no row; each halves the scale, and below 1e-4 the
+    run stops. The scale starts at 2^-10 here (GradScaler's own init_scale) to get there fast."""
+    trainer = fp16_trainer
+    trainer.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**-10)
+    overflow(monkeypatch, trainer, lambda step, scale: step % 2 == 1)
+    batches = groups(trainer)
+    for group in batches[:6]:  # overflows at steps 1, 3, 5: scale 2^-13 = 1.2e-4
+        trainer.update(group)
+        trainer._settle()
+    trainer.update(batches[6])  # the fourth: 2^-14 = 6.1e-5
+    with pytest.raises(NMTError, match=r"fp16 loss scale collapsed to 6\.1e-05"):
+        trainer._settle()
 
 
 # --- a time budget ------------------------------------------------------------------------------

@@ -188,13 +188,14 @@ class Trainer:
             torch.nn.utils.clip_grads_with_norm_(params, cfg.clip_grad_norm, norm)
         # A NaN must not reach the weights. Under DDP the norm is of the all-reduced gradients,
         # so every rank decides alike (their losses differ, and a NaN loss makes a NaN norm).
-        applied = torch.isfinite(norm)
-        if not self.where.active:
-            applied &= torch.isfinite(sums[0])
+        finite = torch.isfinite(norm)
+        loss_finite = None if self.where.active else torch.isfinite(sums[0])
+        if loss_finite is not None:
+            finite &= loss_finite
         if cfg.precision == Precision.fp16:
-            self.scaler.step(self.optimizer)  # skips the step itself on overflow
-            self.scaler.update()  # and lowers the scale
+            applied = self._fp16_step(finite, loss_finite)
         else:
+            applied = finite
             # the fused optimizer skips the whole step (moments and step count too) where
             # found_inf is nonzero, on the device: the protocol GradScaler drives it with
             self.optimizer.found_inf = (~applied).float()
@@ -202,8 +203,28 @@ class Trainer:
                 self.optimizer.step()
             finally:
                 del self.optimizer.found_inf
-        self.bad.record(applied, self.progress.step)
+            self.bad.record(applied, self.progress.step)
         return Update(sums, tokens, applied, norm)
+
+    def _fp16_step(self, finite: torch.Tensor, loss_finite: torch.Tensor | None) -> torch.Tensor:
+        """Step and rescale through GradScaler; whether the update was applied (0-d bool), which is
+        GradScaler's own verdict, read on the device. Its found_inf (from `unscale_`: 1.0 where a
+        gradient is inf/NaN) also takes in what the fp32 path checks, a NaN/inf loss or norm, so
+        one verdict skips the fused step, lowers the scale and is counted: a NaN loss whose
+        gradients are finite is skipped as in fp32, not applied."""
+        scaler = self.scaler
+        # a model on one device: GradScaler recorded one found_inf tensor for this optimizer
+        (found_inf,) = scaler._found_inf_per_device(self.optimizer).values()
+        # the fused kernels skip only where found_inf == 1 (2 would step, and move the step count
+        # back by 2): fold with a maximum, not a sum
+        torch.maximum(found_inf, (~finite).to(found_inf.dtype), out=found_inf)
+        applied = found_inf == 0
+        scaler.step(self.optimizer)  # the fused optimizer: hands found_inf over, no host read
+        # recorded before update(), which lowers or raises the scale in place
+        scale = scaler._get_scale_async()
+        self.bad.record(applied, self.progress.step, scale, loss_finite)
+        scaler.update()
+        return applied
 
     def _backward(self, mine: list[list[int]], tokens: int) -> torch.Tensor:
         """Forward and backward over this rank's batches of the update; summed (loss, nll)."""
@@ -461,7 +482,8 @@ def train_main(cfg: TrainRunConfig, started: float | None = None) -> Path:
 
 def _train(cfg: TrainRunConfig, device: torch.device, where: Dist, started: float) -> Path:
     data, model, resume = prepare_run(cfg, where)
-    trainer = Trainer(cfg, model, data, device, where, started)
-    if resume is not None:
-        trainer.restore(resume)
-    return trainer.run()
+    with data.train:  # the corpus's open files, closed however the run ends
+        trainer = Trainer(cfg, model, data, device, where, started)
+        if resume is not None:
+            trainer.restore(resume)
+        return trainer.run()
