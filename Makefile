@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 DEMO_RUN := runs/demo
 
-.PHONY: help install demo test test-gpu test-browser test-all lint format clean
+.PHONY: help install demo test test-avx2 test-gpu test-browser test-all lint format clean
 
 help: ## show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
@@ -28,6 +28,11 @@ demo: install ## generate the demo corpus, train, evaluate and translate (CPU, a
 
 test: install ## run the fast test suite
 	$(BIN)/python -m pytest -q
+
+# CPUs differ in their kernels (AVX2 only, AVX-512, AVX512-BF16, AMX): torch picks them at run time,
+# so the precision tests run a second time limited to AVX2, as on a CPU without AVX-512
+test-avx2: install ## run the bf16/precision tests with torch limited to AVX2 kernels
+	ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 $(BIN)/python -m pytest -q -k "bf16 or precision"
 
 test-gpu: install ## run the GPU test suite (skipped where CUDA is not available)
 	$(BIN)/python -m pytest -q -m gpu -rs

@@ -52,6 +52,23 @@ def test_resume_gives_the_same_losses_as_an_uninterrupted_run(tmp_path, demo_dir
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+@pytest.mark.parametrize("model", ["lstm_luong", "gru_bahdanau", "transformer_small"])
+def test_bf16_training_on_this_cpu_follows_fp32_training(tmp_path, demo_dir, model):
+    """train.precision=bf16 trains every family on every CPU (.ci/run repeats it limited to AVX2,
+    where oneDNN has no bf16 LSTM), and its losses are fp32's within bf16's rounding: the same
+    batches from the same weights, products rounded to 8 bits of mantissa (2^-8 relative) in a
+    few layers, so a few percent at most after 4 updates."""
+    common = [f"model={model}", "train.log_every=1", "train.valid_every=4", "train.max_steps=4"]
+    common += ["train.valid_bleu=false", "train.metric=loss", "model.dropout=0.0"]
+    size = SMALL_TRANSFORMER if model.startswith("transformer") else SMALL_RNN
+    train(tmp_path / "fp32", demo_dir, *common, model=size)
+    train(tmp_path / "bf16", demo_dir, *common, "train.precision=bf16", model=size)
+    fp32, bf16 = losses(tmp_path / "fp32"), losses(tmp_path / "bf16")
+    assert sorted(bf16) == [1, 2, 3, 4]  # every update applied and logged
+    for step, loss in fp32.items():
+        assert bf16[step] == pytest.approx(loss, rel=0.03), (step, bf16, fp32)
+
+
 def test_a_run_killed_between_checkpoints_resumes_to_the_same_losses(
     tmp_path, demo_dir, monkeypatch
 ):

@@ -28,11 +28,12 @@ def main(argv: list[str] | None = None) -> None:
         data = ckpt.config.data
         source, pairs = split_digest(data, Split.train)
         entry = tokenize(data, ckpt.vocabs, cache_root(data.cache_dir), source, pairs)
-        corpus = TokenizedCorpus(entry, data.max_len)
-        corpus_lexicon(corpus, ckpt.vocabs, data.max_len).save(ckpt.path / LEXICON_FILE)
+        with TokenizedCorpus(entry, data.max_len) as corpus:
+            corpus_lexicon(corpus, ckpt.vocabs, data.max_len).save(ckpt.path / LEXICON_FILE)
+            pairs = len(corpus)
     except NMTError as err:
         sys.exit(f"nmt: error: {err}")
-    print(f"wrote {ckpt.path / LEXICON_FILE} ({len(corpus)} training pairs)")
+    print(f"wrote {ckpt.path / LEXICON_FILE} ({pairs} training pairs)")
 
 
 if __name__ == "__main__":

@@ -13,9 +13,12 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+import sentencepiece as spm
 import torch
 
-from nmt.cache import building, cache_root, copy_files, digest
+from nmt import data as data_module
+from nmt import inputs, tokenizer
+from nmt.cache import building, cache_root, code_digest, copy_files, digest
 from nmt.checkpoint import Checkpoint, load_resume_point
 from nmt.config import Split, TransformerConfig
 from nmt.data import Encoded, SplitText, encode, read_split, split_digest
@@ -42,7 +45,14 @@ from nmt.training.run_log import remove_logs
 
 log = logging.getLogger(__name__)
 
-TOKENIZER_VERSION = 1  # bump when how a tokenizer is trained or pruned changes
+# the code that decides what a cached tokenizer holds: how its lines are read and cleaned, sampled,
+# trained on, and pruned. Its source is in the key (no hand-bumped version): an edit to any of
+# these trains the tokenizer again instead of reusing one made by other code
+TOKENIZER_CODE = (
+    SplitText.__iter__, data_module._lines, inputs.clean, inputs._SPACE,
+    train_vocabs, tokenizer.train_piece_model, tokenizer._sample, tokenizer._train,
+    prune_vocabs, tokenizer._pieces_used, tokenizer._chunks,
+)  # fmt: skip
 
 
 @dataclass
@@ -94,19 +104,24 @@ def prepare_run(
     barrier(where)
     entry = tokenize(cfg.data, vocabs, cache, source, pairs)  # built: every rank finds it
     train_data = TokenizedCorpus(entry, cfg.data.max_len)
-    if len(train_data) == 0:
-        raise NMTError("no training pairs left after length filtering (data.max_len)")
-    # a resumed run keeps its lexicon; a new one (or a run from before lexicons) gets one
-    if where.main and (resume is None or not (run_dir / LEXICON_FILE).is_file()):
-        corpus_lexicon(train_data, vocabs, cfg.data.max_len).save(run_dir / LEXICON_FILE)
-    barrier(where)
-    lexicon = load_lexicon(run_dir)
-    if lexicon is None:
-        raise NMTError(f"{run_dir / LEXICON_FILE} is missing: rank 0 wrote it to another disk?")
-    data = RunData(vocabs, train_data, encode(valid_corpus, vocabs), valid_corpus.tgt, lexicon)
-    model = build_model(cfg.model, len(vocabs.src), len(vocabs.tgt), vocabs.joint)
-    if init is not None:
-        model.load_state_dict(init.payload["model"])
+    try:  # the caller closes the corpus (`with data.train:`) once it has it
+        if len(train_data) == 0:
+            raise NMTError("no training pairs left after length filtering (data.max_len)")
+        # a resumed run keeps its lexicon; a new one (or a run from before lexicons) gets one
+        if where.main and (resume is None or not (run_dir / LEXICON_FILE).is_file()):
+            corpus_lexicon(train_data, vocabs, cfg.data.max_len).save(run_dir / LEXICON_FILE)
+        barrier(where)
+        lexicon = load_lexicon(run_dir)
+        if lexicon is None:
+            raise NMTError(f"{run_dir / LEXICON_FILE} is missing: rank 0 wrote it to another disk?")
+        valid = encode(valid_corpus, vocabs)
+        data = RunData(vocabs, train_data, valid, valid_corpus.tgt, lexicon)
+        model = build_model(cfg.model, len(vocabs.src), len(vocabs.tgt), vocabs.joint)
+        if init is not None:
+            model.load_state_dict(init.payload["model"])
+    except BaseException:
+        train_data.close()
+        raise
     return data, model, resume
 
 
@@ -116,7 +131,8 @@ def _tokenizer(cfg: TrainRunConfig, run_dir: Path, cache: Path, source: str) -> 
     cache first."""
     tok = cfg.data.tokenizer
     shared = isinstance(cfg.model, TransformerConfig) and cfg.model.share_embeddings
-    key = digest(source, flatten(tok), shared and tok.prune_unseen, TOKENIZER_VERSION)
+    code = code_digest(TOKENIZER_CODE), spm.__version__
+    key = digest(source, flatten(tok), shared and tok.prune_unseen, *code)
     entry = cache / "tokenizers" / key
     if not entry.is_dir():
         log.info("training the tokenizer into %s, once for this corpus and setting", entry)
