@@ -17,7 +17,14 @@ import torch
 from nmt.batches import collate
 from nmt.checkpoint import load_checkpoint, save_checkpoint
 from nmt.cli import main as cli
-from nmt.config import DecodeConfig, LengthPenalty, RNNConfig, Strategy, TransformerConfig
+from nmt.config import (
+    DecodeConfig,
+    LengthPenalty,
+    Precision,
+    RNNConfig,
+    Strategy,
+    TransformerConfig,
+)
 from nmt.data import read_lines
 from nmt.errors import NMTError
 from nmt.export.exporter import export_checkpoint
@@ -319,12 +326,35 @@ def test_every_translator_reads_the_same_odd_lines_alike(checkpoints, tmp_path):
     assert len(ckpt.vocabs.src.encode([lines[-1]])[0]) > 256  # the cut is exercised
 
 
-def test_every_translator_forces_the_same_prefixes_alike(checkpoints, tmp_path):
+@pytest.fixture(scope="module")
+def transformer_export(checkpoints, tmp_path_factory):
+    """`transformer_export(fmt)` -> the pre-norm Transformer exported in that format, once per
+    module (an ONNX export takes ~20 s), for the prefix tests."""
+    done: dict[str, Path] = {}
+
+    def export(fmt: str) -> Path:
+        pytest.importorskip({"onnx": "onnxruntime", "ctranslate2": "ctranslate2"}.get(fmt, "torch"))
+        if fmt not in done:
+            ckpt = load_checkpoint(checkpoints["transformer-pre"])
+            out = tmp_path_factory.mktemp(fmt) / "export"
+            done[fmt] = export_checkpoint(ckpt, ExportFormat(fmt), out)
+        return done[fmt]
+
+    return export
+
+
+def _runtime(directory: Path, decode: DecodeConfig | None = None):
+    """The translator of an export directory: CTranslate2's or the graphs' runtime."""
+    if read_manifest(directory)["format"] == "ctranslate2":
+        from nmt.export.ct2 import CT2Translator
+
+        return CT2Translator(directory, decode)
+    return ExportedTranslator(directory, decode, threads=1)
+
+
+def test_every_translator_forces_the_same_prefixes_alike(checkpoints, transformer_export):
     """The exported runtime and the CTranslate2 runner take `prefixes` as `Translator` does:
     the same forced starts give the same greedy translations through all three."""
-    pytest.importorskip("ctranslate2")
-    from nmt.export.ct2 import CT2Translator
-
     ckpt = load_checkpoint(checkpoints["transformer-pre"])
     lines = ["Ich sehe zwei Hunde.", "Er zählt zwölf Katzen.", "", "Wir kaufen vierzig Stühle."]
     decode = DecodeConfig()
@@ -335,10 +365,72 @@ def test_every_translator_forces_the_same_prefixes_alike(checkpoints, tmp_path):
     want = ours.translate(lines, prefixes=prefixes)
     assert want[0].startswith(prefixes[0]) and want[1] == free[1] and want[2] == ""
     assert want[0] != free[0] and want[3] != free[3]  # the prefixes changed those two
-    graphs = export_checkpoint(ckpt, ExportFormat.onnx, tmp_path / "graphs")
-    exported = ExportedTranslator(graphs, decode, threads=1)
+    exported = _runtime(transformer_export("onnx"), decode)
     assert exported.translate(lines, prefixes=prefixes) == want
-    ct2 = CT2Translator(export_checkpoint(ckpt, ExportFormat.ctranslate2, tmp_path / "ct2"), decode)
+    ct2 = _runtime(transformer_export("ctranslate2"), decode)
     assert ct2.translate(lines, prefixes=prefixes) == want
     with pytest.raises(NMTError, match="line 2: the prefix .* lacks"):
         exported.translate(lines, prefixes=["", "漢字", "", ""])
+
+
+PREFIX = "I see eighty"  # a start the model chooses for none of PREFIX_LINES
+PREFIX_LINES = ["Ich sehe zwei Hunde.", "Er zählt zwölf Katzen.", "", "Wir kaufen vierzig Stühle."]
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "torchscript", "ctranslate2"])
+def test_every_translator_forces_decode_prefix_as_prefixes(checkpoints, transformer_export, fmt):
+    """`decode.prefix` (given at construction or with the call) starts every translation of the
+    exported runtimes as the same prefix given in `prefixes` for every text does, and as it does
+    through `Translator`; per-text `prefixes` take its place ("" for none)."""
+    ckpt = load_checkpoint(checkpoints["transformer-pre"])
+    n, plain, forcing = len(PREFIX_LINES), DecodeConfig(), DecodeConfig(prefix=PREFIX)
+    ours = Translator.from_checkpoint(ckpt, plain, "cpu")
+    free = ours.translate(PREFIX_LINES)
+    want = ours.translate(PREFIX_LINES, decode=forcing)
+    assert all(t.startswith(PREFIX) for t in want[:2] + want[3:]) and want[2] == ""
+    assert not any(t.startswith(PREFIX) for t in free)  # the prefix is what changed them
+
+    directory = transformer_export(fmt)
+    runtime, set_once = _runtime(directory, plain), _runtime(directory, forcing)
+    assert runtime.translate(PREFIX_LINES, prefixes=[PREFIX] * n) == want
+    assert runtime.translate(PREFIX_LINES, decode=forcing) == want
+    assert set_once.translate(PREFIX_LINES) == want
+    # per-text prefixes take its place: "" frees its text, another prefix is forced instead
+    others = ["", "He", "", PREFIX]
+    expected = ours.translate(PREFIX_LINES, prefixes=others)
+    assert expected[0] == free[0] and expected[1].startswith("He") and expected[3] == want[3]
+    assert set_once.translate(PREFIX_LINES, prefixes=others) == expected
+    assert runtime.translate(PREFIX_LINES, decode=forcing, prefixes=others) == expected
+    with pytest.raises(NMTError, match=r"line 1: the prefix '漢字' needs pieces"):
+        runtime.translate(PREFIX_LINES, decode=DecodeConfig(prefix="漢字"))
+    if fmt != "ctranslate2":  # the ids API of the graphs' runtime forces it too
+        src_ids, _ = source_ids(ckpt.vocabs.src, PREFIX_LINES[:2], 0)
+        forced = ckpt.vocabs.tgt.encode([PREFIX])[0]
+        by_ids = runtime.greedy(src_ids, prefixes=[forced, forced])
+        assert [d.tokens for d in set_once.greedy(src_ids)] == [d.tokens for d in by_ids]
+        assert all(d.tokens[: len(forced)] == forced for d in by_ids)
+
+
+@pytest.mark.parametrize(
+    "setting, named",
+    [
+        (dict(strategy=Strategy.beam), "decode=beam"),
+        (dict(strategy=Strategy.sample), "decode=sample"),
+        (dict(strategy=Strategy.beam, n_best=2), "decode.n_best=2"),
+        (dict(no_repeat_ngram=2), "decode.no_repeat_ngram=2"),
+        (dict(shortlist=8), "decode.shortlist=8"),
+        (dict(precision=Precision.bf16), "decode.precision=bf16"),
+    ],
+)
+def test_the_graphs_runtime_refuses_what_its_greedy_loop_cannot_honour(
+    transformer_export, setting, named
+):
+    """A setting the exported greedy loop has no code for is an error naming it, at construction
+    and per call, never a silent greedy fp32 decode."""
+    directory = transformer_export("onnx")
+    with pytest.raises(NMTError, match=f"{named} is not supported"):
+        ExportedTranslator(directory, DecodeConfig(**setting), threads=1)
+    translator = ExportedTranslator(directory, threads=1)
+    with pytest.raises(NMTError, match=f"{named} is not supported"):
+        translator.translate(["Ein Hund."], decode=DecodeConfig(**setting))
+    assert translator.translate([""]) == [""]  # the default (the manifest's limits) decodes

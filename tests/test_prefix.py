@@ -2,6 +2,7 @@
 nothing, a prefix it would not is scored by the model and continued from; the tree holds every
 hypothesis kept, with each returned one as a path; recording changes no output."""
 
+import json
 import math
 from dataclasses import replace
 
@@ -280,3 +281,72 @@ def test_a_prefix_outside_the_shortlist_is_still_forced(translator):
     [result] = translator.translate_full(SOURCES[:1], decode=decode, prefixes=["I see eighty"])
     assert result.text.startswith("I see eighty")
     assert math.isfinite(result.prefix_score) and result.prefix_score < 0  # scored, not -inf
+
+
+# --- decode.prefix: one meaning for the Translator, nmt-evaluate and validation ----------------
+
+PREFIX = "I see eighty"  # a start the models choose for none of SOURCES
+
+
+@pytest.mark.parametrize("strategy", [Strategy.greedy, Strategy.beam])
+def test_decode_prefix_is_the_same_prefix_for_every_text(translator, strategy):
+    """`decode.prefix` (with the call or the Translator's default) forces what `prefixes` with
+    that prefix for every text forces; per-text `prefixes` take its place ("" for none)."""
+    plain = DecodeConfig(strategy=strategy, beam_size=3)
+    forcing = replace(plain, prefix=PREFIX)
+    n = len(SOURCES)
+    free = translator.translate(SOURCES, decode=plain)
+    want = translator.translate(SOURCES, decode=plain, prefixes=[PREFIX] * n)
+    assert all(t.startswith(PREFIX) for t in want[:2]) and want[2] == ""
+    assert not any(t.startswith(PREFIX) for t in free)
+    assert translator.translate(SOURCES, decode=forcing) == want
+    default = Translator(translator.model, translator.vocabs, CPU, translator.lexicon, forcing)
+    assert default.translate(SOURCES) == want
+    others = ["", "He", ""]
+    expected = translator.translate(SOURCES, decode=plain, prefixes=others)
+    assert expected[0] == free[0] and expected[1].startswith("He")
+    assert translator.translate(SOURCES, decode=forcing, prefixes=others) == expected
+    assert default.translate(SOURCES, prefixes=others) == expected
+
+
+@pytest.mark.parametrize("family", ["gru", "transformer"])
+def test_validation_bleu_with_a_prefix_is_nmt_evaluates(train_small, family, tmp_path):
+    """Validation forces `decode.prefix` as nmt-evaluate does: the BLEU a run logs for its
+    validation split is the one nmt-evaluate gives the checkpoint with the same settings."""
+    from nmt.checkpoint import load_checkpoint
+    from nmt.cli import main as cli
+    from nmt.config import Split
+    from nmt.data import encode, read_split
+    from nmt.metrics import bleu
+    from nmt.training.validation import validate
+
+    ckpt = load_checkpoint(train_small(family))
+    corpus = read_split(ckpt.config.data, Split.valid)
+    data = encode(corpus, ckpt.vocabs)
+    model = Translator.from_checkpoint(ckpt, device="cpu").model
+
+    def logged(decode: DecodeConfig) -> float:
+        cfg = replace(ckpt.config, decode=decode)
+        return validate(model, data, corpus.tgt, ckpt.vocabs, cfg, CPU, ckpt.lexicon)["bleu"]
+
+    def evaluated(*overrides: str) -> tuple[float, DecodeConfig]:
+        """nmt-evaluate's BLEU on the validation split, and the decode settings it used."""
+        out = tmp_path / str(len(list(tmp_path.iterdir())))
+        args = [f"ckpt={ckpt.path}", "split=valid", f"out_dir={out}", "device=cpu", *overrides]
+        assert cli.evaluate(args) == 0
+        scores = json.loads((out / "valid.scores.json").read_text())
+        return scores["bleu"], cli.compose_config("evaluate", args).decode
+
+    evaluate_bleu, forcing = evaluated("decode=greedy", f"decode.prefix='{PREFIX}'")
+    assert forcing.prefix == PREFIX
+    with_prefix = logged(forcing)
+    assert with_prefix == pytest.approx(evaluate_bleu, abs=1e-9)
+    evaluate_bleu, plain = evaluated("decode=greedy")
+    assert logged(plain) == pytest.approx(evaluate_bleu, abs=1e-9)
+    assert with_prefix != pytest.approx(evaluate_bleu, abs=1e-3)  # the prefix counts
+    # what validation decodes: every hypothesis starts with the prefix
+    hyps = Translator(model, ckpt.vocabs, CPU, ckpt.lexicon, forcing).translate(corpus.src)
+    assert bleu(hyps, corpus.tgt) == pytest.approx(with_prefix, abs=1e-9)
+    assert all(h.startswith(PREFIX) for h in hyps)
+    with pytest.raises(NMTError, match=r"validation line 1: the prefix '漢字' needs pieces"):
+        logged(DecodeConfig(prefix="漢字"))

@@ -274,7 +274,8 @@ def translate_pieces(
     """Translate source pieces (without EOS: the model adds it) with a `ctranslate2.Translator`
     in length-sorted batches, as `nmt.search.decode_all` batches; n-best lists of (target pieces
     without the `eos` piece, score) in input order. The score is our `Hypothesis.normalized`.
-    `prefixes` (target pieces, one list per source) go to CTranslate2's `target_prefix`.
+    `prefixes` (target pieces, one list per source) go to CTranslate2's `target_prefix`;
+    `cfg.prefix` is text, not read here: `CT2Translator` turns it into `prefixes`.
 
     CTranslate2 takes one length limit per call; ours depends on the source length. With
     `exact_limits` the length-sorted sources are cut into batches of at most `cfg.batch_size`
@@ -341,8 +342,8 @@ class CT2Translator:
         prefixes: list[str] | None = None,
     ) -> list[str]:
         """The best translation of each text; blank texts give blank translations. See
-        `translate_pieces` for `exact_limits`; `prefixes` (one per text) force the start of
-        each translation, as the Translator's."""
+        `translate_pieces` for `exact_limits`. `decode.prefix` starts every translation;
+        `prefixes` (one per text, "" for none) take its place, as the Translator's."""
         nbests = self.hypotheses(
             texts, decode=decode, first_line=first_line, exact_limits=exact_limits,
             prefixes=prefixes,
@@ -363,14 +364,14 @@ class CT2Translator:
         exact_limits: bool = True,
         prefixes: list[str] | None = None,
     ) -> list[list[tuple[list[str], float]]]:
-        """Each text's n-best list of (target pieces, normalised score); [] for a blank text."""
+        """Each text's n-best list of (target pieces, normalised score); [] for a blank text.
+        The forced prefix is `decode.prefix`, or each text's of `prefixes`, as in `translate`."""
         decode = decode or self.decode
         sources = read_sources(self.src_vocab, texts, decode.max_src_pieces, first_line)
         pieces = [self.src_vocab.id_to_piece(ids[:-1]) for ids in sources.ids]  # CT2 adds EOS
-        forced = None
-        if prefixes is not None:
-            ids = prefix_ids(self.tgt_vocab, prefixes, sources, decode, first_line)
-            forced = [self.tgt_vocab.id_to_piece(p) for p in ids]
+        wanted = [decode.prefix] * len(texts) if prefixes is None else prefixes
+        ids = prefix_ids(self.tgt_vocab, wanted, sources, decode, first_line)
+        forced = [self.tgt_vocab.id_to_piece(p) for p in ids]
         nbests = translate_pieces(
             self.translator, pieces, decode, self.eos, self.model, exact_limits, forced
         )

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from nmt.config import DecodeConfig
+from nmt.config import DecodeConfig, Precision, Strategy
 from nmt.errors import NMTError
-from nmt.inputs import clean, length_batches, prefix_ids, read_sources
+from nmt.inputs import Sources, clean, length_batches, prefix_ids, read_sources
 from nmt.tokenizer import BOS, EOS, PAD, Vocab
 
 MANIFEST = "manifest.json"
@@ -97,8 +97,9 @@ class TorchScriptSession:
 
 class ExportedTranslator:
     """Greedy translation with the exported graphs. `decode` gives the batch size, the length
-    limits (max_len_a/b/cap, min_len_a/b) and max_src_pieces; by default those the checkpoint
-    validated with (stored in the manifest). Other search settings are not supported here."""
+    limits (max_len_a/b/cap, min_len_a/b), max_src_pieces and the forced `prefix`; by default
+    those the checkpoint validated with (stored in the manifest; no prefix). Other search
+    settings are not supported here."""
 
     def __init__(
         self, directory: str | Path, decode: DecodeConfig | None = None, threads: int = 0
@@ -115,7 +116,7 @@ class ExportedTranslator:
                 self.session = TorchScriptSession(self.directory, self.manifest, threads)
             case _:
                 raise NMTError(f"{directory}: format {kind!r} has no graphs to run here")
-        self.decode = decode or DecodeConfig(**self.manifest["decode"])
+        self.decode = check_greedy(decode or DecodeConfig(**self.manifest["decode"]))
         self.src_vocab, self.tgt_vocab = manifest_vocabs(self.directory, self.manifest)
 
     def translate(
@@ -129,13 +130,13 @@ class ExportedTranslator:
         """The greedy translation of each text, read as `nmt.translate.Translator` reads it
         (`nmt.inputs`): blank texts give blank translations, and a source longer than
         decode.max_src_pieces is cut to its first pieces, with a warning logged. `decode`
-        (default: the one given at construction) sets the limits and the batch size;
-        `prefixes` (one per text) force the start of each translation, as the Translator's."""
-        decode = decode or self.decode
+        (default: the one given at construction) sets the limits and the batch size, and its
+        `prefix` starts every translation; `prefixes` (one per text, "" for none) take its
+        place, as the Translator's."""
+        decode = check_greedy(decode or self.decode)
         sources = read_sources(self.src_vocab, texts, decode.max_src_pieces, first_line)
-        forced = None
-        if prefixes is not None:
-            forced = prefix_ids(self.tgt_vocab, prefixes, sources, decode, first_line)
+        wanted = [decode.prefix] * len(texts) if prefixes is None else prefixes
+        forced = prefix_ids(self.tgt_vocab, wanted, sources, decode, first_line)
         decoded = self.greedy(sources.ids, decode, forced)
         outputs = self.tgt_vocab.decode([d.tokens for d in decoded]) if decoded else []
         return sources.place([clean(text) for text in outputs], lambda i: "")
@@ -146,8 +147,35 @@ class ExportedTranslator:
         decode: DecodeConfig | None = None,
         prefixes: list[list[int]] | None = None,
     ) -> list[Decoded]:
-        """Decode sources (ids ending in EOS) in length-sorted batches; results in input order."""
-        return greedy(self.session, self.manifest, src_ids, decode or self.decode, prefixes)
+        """Decode sources (ids ending in EOS) in length-sorted batches; results in input order.
+        `prefixes` (target ids, one list per source) are forced; without them, `decode.prefix`
+        is, tokenized and checked as `translate` does (an NMTError names the source)."""
+        decode = check_greedy(decode or self.decode)
+        if prefixes is None and decode.prefix:
+            sources = Sources(src_ids, list(range(len(src_ids))), len(src_ids))
+            wanted = [decode.prefix] * len(src_ids)
+            prefixes = prefix_ids(self.tgt_vocab, wanted, sources, decode, 1, "source")
+        return greedy(self.session, self.manifest, src_ids, decode, prefixes)
+
+
+def check_greedy(decode: DecodeConfig) -> DecodeConfig:
+    """`decode`, if the exported graphs' greedy loop can honour it; else an NMTError naming the
+    setting. The loop has no beam, sampling, n-best, n-gram blocking, shortlist or bf16: such a
+    setting is refused rather than silently decoded greedily in fp32."""
+    unsupported = [
+        (decode.strategy != Strategy.greedy, f"decode={decode.strategy.value}"),
+        (decode.n_best != 1, f"decode.n_best={decode.n_best}"),
+        (decode.no_repeat_ngram != 0, f"decode.no_repeat_ngram={decode.no_repeat_ngram}"),
+        (decode.shortlist != 0, f"decode.shortlist={decode.shortlist}"),
+        (decode.precision != Precision.fp32, f"decode.precision={decode.precision.value}"),
+    ]
+    named = [name for bad, name in unsupported if bad]
+    if named:
+        raise NMTError(
+            f"the exported graphs decode greedily in fp32: {', '.join(named)} is not supported "
+            "here (translate with the checkpoint, or export format=ctranslate2 for beam search)"
+        )
+    return decode
 
 
 def manifest_vocabs(directory: Path, manifest: dict) -> tuple[Vocab, Vocab]:
@@ -174,7 +202,8 @@ def greedy(
     `decode.batch_size`, results in input order. `session.run(graph, inputs) -> outputs` runs
     "encoder" or "decoder_step" on numpy arrays by name (`OnnxSession`, `TorchScriptSession`, or
     `nmt.export.graphs.Graphs` itself); `manifest` connects them. `prefixes` (target ids, one
-    list per source) are forced as `nmt.search` forces them."""
+    list per source) are forced as `nmt.search` forces them; `decode.prefix` is text, which this
+    loop cannot tokenize: `ExportedTranslator` turns it into `prefixes`."""
     results: list[Decoded] = [Decoded([], 0.0, False)] * len(src_ids)
     for index in length_batches([len(ids) for ids in src_ids], decode.batch_size):
         forced = None if prefixes is None else [prefixes[i] for i in index]

@@ -42,6 +42,7 @@ from nmt.training.distributed import SINGLE, Dist, barrier
 from nmt.training.lexicon import corpus_lexicon
 from nmt.training.resume import check_resume, load_init
 from nmt.training.run_log import remove_logs
+from nmt.training.validation import validation_prefixes
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +116,8 @@ def prepare_run(
         if lexicon is None:
             raise NMTError(f"{run_dir / LEXICON_FILE} is missing: rank 0 wrote it to another disk?")
         valid = encode(valid_corpus, vocabs)
+        if cfg.train.valid_bleu:  # a prefix validation cannot force fails now, not at step 1000
+            validation_prefixes(valid.src, vocabs.tgt, cfg.decode)
         data = RunData(vocabs, train_data, valid, valid_corpus.tgt, lexicon)
         model = build_model(cfg.model, len(vocabs.src), len(vocabs.tgt), vocabs.joint)
         if init is not None:

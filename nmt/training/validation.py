@@ -1,6 +1,7 @@
 """What a run measures on its validation split between updates: the loss and perplexity under
 teacher forcing, BLEU of the run's `decode` settings (greedy by default, `decode=beam` for beam
-search), and with `train.valid_heatmaps` the attention of a few sentences as pictures.
+search; `decode.prefix` forced on every sentence, as nmt-evaluate forces it), and with
+`train.valid_heatmaps` the attention of a few sentences as pictures.
 
 Validation runs on rank 0 only; the trainer shares the metrics with the other ranks.
 """
@@ -17,12 +18,13 @@ from nmt.checkpoint import step_name
 from nmt.config import DecodeConfig
 from nmt.data import Encoded
 from nmt.device import autocast
+from nmt.inputs import Sources, clean, prefix_ids
 from nmt.lexicon import Lexicon
 from nmt.metrics import bleu, perplexity
 from nmt.models.seq2seq import Seq2Seq
 from nmt.run_config import TrainRunConfig
 from nmt.search import decode_all
-from nmt.tokenizer import EOS, Vocabs
+from nmt.tokenizer import EOS, Vocab, Vocabs
 from nmt.training.loss import batch_loss
 
 
@@ -39,6 +41,10 @@ def validate(
     """{"loss", "ppl"} per target token, and "bleu" with `train.valid_bleu` (against the raw
     `references`, detokenized as nmt-evaluate scores; `lexicon` serves `decode.shortlist`).
     Leaves the model in training mode."""
+    # decode.prefix checked first: a prefix it cannot force fails before any work
+    prefixes = (
+        validation_prefixes(data.src, vocabs.tgt, cfg.decode) if cfg.train.valid_bleu else None
+    )
     model.eval()
     nll, tokens = torch.zeros((), device=device), 0  # summed on the device, read once
     lens_src, lens_tgt = [len(s) for s in data.src], [len(t) for t in data.tgt]
@@ -53,10 +59,24 @@ def validate(
     if cfg.train.valid_bleu:
         # the search runs as nmt-evaluate runs it (in decode.precision), so the BLEU logged here
         # is the one nmt-evaluate gives the checkpoint
-        hyps = decode_all(model, data.src, cfg.decode, device, lexicon=lexicon)
+        hyps = decode_all(model, data.src, cfg.decode, device, lexicon=lexicon, prefixes=prefixes)
         result["bleu"] = bleu(vocabs.tgt.decode([h[0].tokens for h in hyps]), references)
     model.train()
     return result
+
+
+def validation_prefixes(
+    src: list[list[int]], vocab: Vocab, decode: DecodeConfig
+) -> list[list[int]] | None:
+    """The target ids of `decode.prefix` for each validation source (ids ending in EOS), or None
+    without one: the prefix nmt-evaluate's `Translator` forces on every text, tokenized and
+    checked by the same `prefix_ids`. A prefix the target vocabulary cannot write, or one too
+    long for a source's length limit, is an NMTError naming the validation line; a run can call
+    this before its first update to fail before any work."""
+    if not clean(decode.prefix):
+        return None
+    sources = Sources(src, list(range(len(src))), len(src))
+    return prefix_ids(vocab, [decode.prefix] * len(src), sources, decode, 1, "validation line")
 
 
 def save_alignments(
