@@ -282,7 +282,8 @@ class TrainConfig:
     precision: Precision = Precision.fp32
     compile: bool = False  # torch.compile the model for training (validation and search stay eager)
     # with compile: capture the compiled step as CUDA graphs (torch.compile mode "reduce-overhead"),
-    # one per batch shape, replayed without per-kernel launches; CUDA only
+    # one per batch shape, replayed without per-kernel launches; CUDA only. Needs length_step > 0
+    # and accum_steps = 1 (see __post_init__)
     cuda_graphs: bool = False
     # pad every training batch to a length that is a multiple of this and to batch_tokens // length
     # rows, so batches come in a few shapes (what compile and cuda_graphs reuse); 0 = off
@@ -313,6 +314,26 @@ class TrainConfig:
         if self.cuda_graphs and not self.compile:
             raise NMTError(
                 "train.cuda_graphs=true captures the compiled step: set train.compile=true"
+            )
+        if self.cuda_graphs and self.accum_steps > 1:
+            # a captured backward writes its gradients into static buffers that the next replay
+            # overwrites; accumulating over micro-batches may keep only the last one's. Nothing
+            # shows nmt sums them right, so refuse rather than train on wrong gradients
+            raise NMTError(
+                f"train.cuda_graphs=true with train.accum_steps={self.accum_steps}: gradients "
+                "accumulated over captured steps are not known to add up; set "
+                "train.accum_steps=1 with train.batch_tokens="
+                f"{self.batch_tokens * self.accum_steps} (about the same update) or "
+                "train.cuda_graphs=false, until a GPU test proves equal gradients"
+            )
+        if self.cuda_graphs and self.length_step == 0:
+            # refused, not warned: a graph is recorded for every distinct batch shape, and
+            # unpadded batches come in dozens of shapes (53 in an epoch of Multi30k at 4,096
+            # tokens, docs/gpu.md), so much of the first epochs would record graphs instead of
+            # replaying them; a warning would leave every such run slow, with no gain to show
+            raise NMTError(
+                "train.cuda_graphs=true needs batches in a few fixed shapes: set "
+                "train.length_step > 0 (e.g. train.length_step=8), or train.cuda_graphs=false"
             )
         if self.valid_every < 1 or self.log_every < 1:
             raise NMTError("train.valid_every and train.log_every must be >= 1")

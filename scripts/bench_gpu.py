@@ -12,11 +12,15 @@ GPU memory allocated by the timed updates). Tokens/s counts real target tokens, 
 that fixed shapes add is a cost the row pays.
 
 MFU: each training row also reports the model FLOPs it ran per second and their fraction of the
-device's peak in that precision. Model FLOPs per target token are counted as 6 x parameters (a
-multiply-add per parameter forward, two backward; the encoder's source tokens taken as one per
-target token, attention's length-squared products and the recurrent cells' elementwise work left
-out), so MFU is comparable across batch sizes and precisions of one model. The peak is measured
-in the same run, first: one big matrix product per precision (`scripts/bench_matmul.py --peak`).
+device's peak in that precision. Model FLOPs per target token (`train_flops_per_tgt_token`) are
+those of the matrix products of training (forward and backward) over the pairs of the training
+split, divided by its target tokens (`train_flops` says what is counted: the weight matrices per
+source or target position, embedding lookups not, the output projection once, attention's
+length-squared products per layer or per decoder step; elementwise work and padding not), so MFU
+is comparable across batch sizes, precisions and modes of one model. The model is built in this
+process from the row's overrides, with the tokenizer and tokenized corpus nmt's cache holds. The
+peak is measured in the same run, first: one big matrix product per precision
+(`scripts/bench_matmul.py --peak`).
 Translation rows: a GRU + Bahdanau and a Transformer small checkpoint trained here for a few
 hundred updates, timed by `scripts/bench_translate.py` (greedy and beam 5, batch 64 over the whole
 test file and batch 1 over its first sentences).
@@ -28,7 +32,8 @@ Every row runs in its own process (a fresh CUDA context: peak memory and compila
 not shared) under a time limit, and the whole run under a budget (`--budget-s`): a row that does
 not fit is recorded as skipped with the reason, never silently dropped. Rows run cheapest and most
 informative first (the peak, eager training at the first batch size, translation, eager training
-at the larger batches, the torchrun rows, then graph-captured and compiled training). Progress
+at the larger batches, the torchrun rows, then graph-captured and compiled training, and last
+the `flops` part: every model's count, as the MFU uses it, next to 6 x parameters). Progress
 goes to stderr; the JSON goes to stdout and, with `--out FILE`, to FILE.
 """
 
@@ -36,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import json
 import os
@@ -78,7 +84,7 @@ MODES = {
 QUALITY_RECIPE = "multi30k_transformer_gpu"  # the quality part trains it for its budget
 PRECISIONS = ["fp32", "bf16"]
 BATCH_TOKENS = [4096, 16384, 32768]  # --quick: 600 and 1,200
-PARTS = ["peak", "eager", "translate", "compiled", "graphs", "ddp", "quality"]
+PARTS = ["peak", "eager", "translate", "compiled", "graphs", "ddp", "flops", "quality"]
 DEFAULT_PARTS = PARTS[:-1]  # the quality part alone takes the recipe's minutes
 
 
@@ -215,10 +221,174 @@ def peak_row(args, budget: Budget) -> dict:
     return {"size": result["size"], "peak_tflops": result["peak_tflops"]}
 
 
-def model_flops(parameters: int, tokens_per_s: float, peak_tflops: float | None) -> dict:
-    """Model TFLOP/s of a training row and its MFU: 6 x parameters per target token (the
-    module's docstring says what that counts), over the peak of the row's precision."""
-    tflops = 6 * parameters * tokens_per_s / 1e12
+def _linear_macs(module, skip: tuple = ()) -> int:
+    """Multiply-adds per position of the nn.Linear layers and recurrent cells inside `module`
+    (but those inside `skip`): in x out per linear layer; per recurrent layer and direction its
+    input-to-hidden and hidden-to-hidden matrices. Biases are additions, not counted."""
+    from torch import nn
+
+    skipped = {id(m) for part in skip for m in part.modules()}
+    macs = 0
+    for m in module.modules():
+        if id(m) in skipped:
+            continue
+        if isinstance(m, nn.Linear):
+            macs += m.in_features * m.out_features
+        elif isinstance(m, nn.RNNBase):
+            macs += sum(w.numel() for name, w in m.named_parameters() if name.startswith("weight_"))
+    return macs
+
+
+def _attention_macs(attention, hidden: int, src_len, tgt_len):
+    """Forward multiply-adds of a recurrent decoder's attention for one sentence pair: T queries
+    over S keys of size H = hidden (nmt/models/attention.py). Per query its projections; per key
+    its projections (once per batch, in `prepare`); per (query, key) pair the energy (a dot
+    product of size H, or Bahdanau's / Luong concat's v over the A units) and the weighted sum of
+    the values (size H)."""
+    from nmt.models.attention import Additive, Concat, General, MultiHead
+
+    scorer = attention.scorer
+    S, T = src_len, tgt_len  # the shape letters of the model code
+    match scorer:
+        case Additive():
+            per_query, per_key = _linear_macs(scorer.query_proj), _linear_macs(scorer.key_proj)
+            per_pair = scorer.v.in_features
+        case Concat():  # one W over [q; k], applied as its query and key halves
+            units = scorer.proj.out_features
+            per_query = units * scorer.query_size
+            per_key = units * (scorer.proj.in_features - scorer.query_size)
+            per_pair = scorer.v.in_features
+        case General():
+            per_query, per_key, per_pair = 0, _linear_macs(scorer.key_proj), hidden
+        case MultiHead():
+            per_query = _linear_macs(scorer.query_proj) + _linear_macs(scorer.out_proj)
+            per_key = _linear_macs(scorer.key_proj) + _linear_macs(scorer.value_proj)
+            per_pair = hidden
+        case _:  # dot, scaled dot: the memory itself is the keys
+            per_query, per_key, per_pair = 0, 0, hidden
+    return per_query * T + per_key * S + (per_pair + hidden) * S * T
+
+
+def train_flops(model, src_len, tgt_len):
+    """FLOPs of training on one sentence pair, forward and backward: src_len source positions
+    (EOS included) and tgt_len decoder positions (BOS and the target; as many predictions).
+    `src_len` and `tgt_len` may be numbers or numpy arrays of them (one pair each; counted in
+    float64, since the int16 lengths of a tokenized corpus would overflow).
+
+    What is counted: the multiply-adds of the matrix products, 2 FLOPs each, three times over (the
+    forward, and in the backward the gradients of the inputs and of the weights). Per position,
+    every weight matrix that multiplies it: the encoder's per source position, the decoder's per
+    target position, except the projections of the encoder's output (cross-attention keys and
+    values, additive attention's W_k), which run per source position, and the recurrent bridge,
+    once per sentence. The output projection counts once (tied to an embedding table or not: only
+    the table's first V rows score). Embedding tables take no part (a lookup multiplies nothing).
+    Attention's length-squared products: in a Transformer, per layer QKᵀ and the weighted sum of
+    V (S x S x d each in the encoder's self-attention, T x T x d in the decoder's, counted in
+    full although causal, T x S x d in its cross-attention); in a recurrent decoder, per target
+    step over the S source positions, the energies and the weighted sum (`_attention_macs`).
+    Not counted: elementwise work (activations, gates, softmax, normalisation, dropout, the loss)
+    and the optimizer; nor any padding: these are the FLOPs the model needs, not what a padded
+    batch runs."""
+    import numpy as np
+
+    from nmt.models.rnn import RNNDecoder
+    from nmt.models.transformer import TiedProjection, TransformerDecoder
+
+    S, T = (  # the shape letters of the model code
+        np.asarray(n, dtype=np.float64) if isinstance(n, np.ndarray | np.generic) else n
+        for n in (src_len, tgt_len)
+    )
+    encoder, decoder = model.encoder, model.decoder
+    macs = _linear_macs(encoder) * S
+    if isinstance(decoder, TransformerDecoder):
+        cross = [layer.cross_attention.kv for layer in decoder.layers]
+        macs += _linear_macs(decoder, skip=tuple(cross)) * T + sum(map(_linear_macs, cross)) * S
+        d = decoder.embed.table.embedding_dim
+        if isinstance(decoder.out, TiedProjection):  # the table's first V rows, (V, d)
+            macs += decoder.out.bias.numel() * d * T
+        macs += 2 * d * (len(encoder.layers) * S * S + len(decoder.layers) * (T * T + T * S))
+    elif isinstance(decoder, RNNDecoder):
+        skip = tuple(m for m in (decoder.attention, decoder.bridge) if m is not None)
+        macs += _linear_macs(decoder, skip=skip) * T
+        if decoder.bridge is not None:
+            macs += _linear_macs(decoder.bridge)
+        if decoder.attention is not None:
+            macs += _attention_macs(decoder.attention, decoder.hidden_size, S, T)
+    else:
+        raise TypeError(f"no FLOP count for decoder {type(decoder).__name__}")
+    return 3 * 2 * macs
+
+
+def train_flops_per_token(model, src_lens, tgt_lens) -> float:
+    """Training FLOPs per target token (EOS included, as tokens/s counts them) over pairs of
+    these lengths: src_lens with EOS, tgt_lens without (as `TokenizedCorpus` keeps them)."""
+    import numpy as np
+
+    src = np.asarray(src_lens, dtype=np.float64)
+    tgt = np.asarray(tgt_lens, dtype=np.float64) + 1  # BOS in, EOS out: one position more
+    return float(np.sum(train_flops(model, src, tgt)) / np.sum(tgt))
+
+
+def corpus_flops(overrides: tuple[str, ...]) -> dict:
+    """What the model the nmt-train `overrides` configure costs to train, over the pairs of their
+    training split (length-filtered as training does): its parameters, `train_flops_per_token`,
+    and 6 x parameters (the count of an older bench_gpu.py, embedding tables included, for
+    comparison). The tokenizer and the tokenized split come from nmt's cache (which a row's
+    bench_train.py run has filled; prepared here otherwise); the model is built on the CPU and
+    never run."""
+    from nmt.cli import main as cli
+    from nmt.training.setup import prepare_run
+
+    with tempfile.TemporaryDirectory(prefix="bench_gpu.flops.") as tmp:
+        cfg = cli.compose_config("train", [*overrides, "device=cpu", f"run_dir={tmp}/run"])
+        data, model, _ = prepare_run(cfg)
+        with data.train:
+            per_token = train_flops_per_token(model, data.train.src_lens, data.train.tgt_lens)
+            pairs = len(data.train)
+    parameters = sum(p.numel() for p in model.parameters())
+    return {
+        "parameters": parameters,
+        "train_pairs": pairs,
+        "train_flops_per_tgt_token": round(per_token),
+        "six_x_parameters": 6 * parameters,
+    }
+
+
+counted_flops = functools.lru_cache(maxsize=None)(corpus_flops)  # once per model and data
+
+
+def counted_flops_per_token(overrides: tuple[str, ...]) -> float:
+    return counted_flops(overrides)["train_flops_per_tgt_token"]
+
+
+def flops_part(args, data: list[str]) -> dict:
+    """`corpus_flops` of every model of MODELS on the data (no training; the CPU is enough)."""
+    counts = {}
+    for name, model in MODELS.items():
+        log(f"flops: {name}")
+        built = (*data, *model, *(QUICK_SIZES[name] if args.quick else []))
+        try:
+            counts[name] = counted_flops(built)
+        except Exception as err:  # noqa: BLE001 - recorded, as a skipped row is
+            counts[name] = {"skipped": f"{type(err).__name__}: {err}"}
+        log(f"  {counts[name]}")
+    return counts
+
+
+def row_flops(count, overrides: tuple[str, ...]) -> dict:
+    """{"train_flops_per_tgt_token": FLOPs} of a row's model and data, or {"flops_skipped": why}:
+    a count that fails (a checkout whose models it does not know) must not lose the row."""
+    try:
+        return {"train_flops_per_tgt_token": round(count(overrides))}
+    except Exception as err:  # noqa: BLE001 - any failure: recorded in the row, never raised
+        log(f"  no FLOP count: {type(err).__name__}: {err}")
+        return {"flops_skipped": f"{type(err).__name__}: {err}", "model_tflops": None, "mfu": None}
+
+
+def model_flops(flops_per_token: float, tokens_per_s: float, peak_tflops: float | None) -> dict:
+    """Model TFLOP/s of a training row and its MFU: training FLOPs per target token
+    (`train_flops`) times target tokens/s, over the peak of the row's precision."""
+    tflops = flops_per_token * tokens_per_s / 1e12
     mfu = round(tflops / peak_tflops, 4) if peak_tflops else None
     return {"model_tflops": round(tflops, 4), "mfu": mfu}
 
@@ -231,8 +401,12 @@ def train_rows(
     available: set[str],
     peak: dict,
     sizes: list[int],
+    count=None,
 ) -> list:
-    """One row per batch size (of `sizes`), model and precision, trained in `mode` (of MODES)."""
+    """One row per batch size (of `sizes`), model and precision, trained in `mode` (of MODES).
+    `count(overrides)`: the training FLOPs per target token of the model and data these nmt-train
+    overrides configure (default: `corpus_flops`'s, once per model)."""
+    count = count or counted_flops_per_token
     rows = []
     peaks = peak.get("peak_tflops", {})
     for batch_tokens in sizes:
@@ -245,9 +419,9 @@ def train_rows(
                 if mode not in available:
                     rows.append({**row, "skipped": f"{' '.join(MODES[mode])}: not available"})
                     continue
+                built = (*data, *model, *(QUICK_SIZES[name] if args.quick else []))
                 overrides = [
-                    *data, *model, *(QUICK_SIZES[name] if args.quick else []),
-                    f"device={args.device}", f"train.precision={precision}",
+                    *built, f"device={args.device}", f"train.precision={precision}",
                     f"train.batch_tokens={batch_tokens}", *MODES[mode],
                 ]  # fmt: skip
                 argv = [sys.executable, "scripts/bench_train.py", *overrides]
@@ -259,12 +433,16 @@ def train_rows(
                     log(f"  skipped: {why}")
                     continue
                 speed = result["median_tgt_tokens_per_s"]
+                flops = row_flops(count, built)
+                if "train_flops_per_tgt_token" in flops:
+                    per_token = flops["train_flops_per_tgt_token"]
+                    flops.update(model_flops(per_token, speed, peaks.get(precision)))
                 rows.append(
                     {
                         **row,
                         "tgt_tokens_per_s": speed,
                         "windows_tgt_tokens_per_s": result["windows_tgt_tokens_per_s"],
-                        **model_flops(result["parameters"], speed, peaks.get(precision)),
+                        **flops,
                         "peak_memory_mib": result.get("peak_memory_mib"),
                         "parameters": result["parameters"],
                         "steps_per_window": result["steps_per_window"],
@@ -272,7 +450,8 @@ def train_rows(
                 )
                 done = rows[-1]
                 log(
-                    f"  {speed} tgt tokens/s, MFU {done['mfu']}, peak {done['peak_memory_mib']} MiB"
+                    f"  {speed} tgt tokens/s, MFU {done.get('mfu')}, "
+                    f"peak {done['peak_memory_mib']} MiB"
                 )
     return rows
 
@@ -435,7 +614,8 @@ def main() -> None:
     parser.add_argument(
         "--parts", default=",".join(DEFAULT_PARTS),
         help="which rows, comma-separated: peak (the matmul peak, for MFU), eager, compiled, "
-        "graphs (training), translate, ddp (torchrun over every GPU), quality (the Multi30k GPU "
+        "graphs (training), translate, ddp (torchrun over every GPU), flops (each model's "
+        "training FLOPs per target token; no training), quality (the Multi30k GPU "
         "recipe trained for its minutes "
         f"and scored on test2016; not in the default, {','.join(DEFAULT_PARTS)})",
     )  # fmt: skip
@@ -480,7 +660,7 @@ def main() -> None:
         available = modes_available(data)
         for mode in sorted(set(MODES) - available):
             log(f"{' '.join(MODES[mode])}: not keys of this checkout's config: {mode} rows skipped")
-        eager, translation, later, ddp, peak, quality = [], [], [], [], {}, {}
+        eager, translation, later, ddp, peak, quality, flops = [], [], [], [], {}, {}, {}
         if "peak" in parts:
             peak = peak_row(args, budget)
         first, larger = args.batch_tokens[:1], args.batch_tokens[1:]
@@ -499,6 +679,8 @@ def main() -> None:
         for mode in ("graphs", "compiled"):
             if mode in parts:
                 later += train_rows(args, budget, data, mode, available, peak, args.batch_tokens)
+        if "flops" in parts:  # seconds from the cache the rows filled; else it tokenizes first
+            flops = flops_part(args, data)
 
     report = {
         "benchmark": "bench_gpu",
@@ -521,6 +703,7 @@ def main() -> None:
         "translate": translation,
         "ddp": ddp,
         "quality": quality,
+        "flops": flops,
         "wall_s": round(time.monotonic() - started, 1),
         **describe(resolve_device(args.device)),
     }

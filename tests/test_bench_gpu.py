@@ -1,14 +1,22 @@
-"""scripts/bench_gpu.py's arithmetic and row plan, without running a benchmark: the MFU of a row
-is 6 x parameters x tokens/s over the measured peak of its precision; every batch size, model and
+"""scripts/bench_gpu.py's arithmetic and row plan, without running a benchmark: the FLOPs a row
+counts per target token agree with torch's own count of a real training batch; the MFU of a row is
+those FLOPs x tokens/s over the measured peak of its precision; every batch size, model and
 precision gets a row, in the order that spends a short budget on the cheapest rows first."""
 
 import importlib.util
 import sys
+from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import SMALL, SMALL_MODELS
+from torch.utils.flop_counter import FlopCounterMode
+
+from nmt.cli import main as cli
+from nmt.training.loss import batch_loss
+from nmt.training.setup import prepare_run
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_gpu.py"
 
@@ -42,30 +50,56 @@ class FakeBudget:
         }, None
 
 
-def test_mfu_is_six_flops_per_parameter_and_token_over_the_peak(bench):
-    assert bench.model_flops(10_000_000, 100_000.0, 60.0) == {"model_tflops": 6.0, "mfu": 0.1}
-    assert bench.model_flops(10_000_000, 100_000.0, None)["mfu"] is None  # no peak measured
+def fake_count(overrides):
+    """30 MFLOP per target token for every model (the counting is tested below): not 6 x the
+    10M parameters of FakeBudget's rows, the count this script used before."""
+    assert "data=demo" in overrides and any(o.startswith("model=") for o in overrides)
+    return 30e6
+
+
+def test_mfu_is_the_counted_flops_per_token_times_tokens_over_the_peak(bench):
+    assert bench.model_flops(60e6, 100_000.0, 60.0) == {"model_tflops": 6.0, "mfu": 0.1}
+    assert bench.model_flops(60e6, 100_000.0, None)["mfu"] is None  # no peak measured
 
 
 def test_every_size_model_and_precision_gets_a_row_with_its_mfu(bench):
     args = SimpleNamespace(quick=False, device="cuda", windows=3, steps=20)
     budget = FakeBudget()
     peak = {"size": 8192, "peak_tflops": {"fp32": 50.0, "bf16": 400.0}}
-    rows = bench.train_rows(args, budget, ["data=demo"], "eager", {"eager"}, peak, [4096, 32768])
+    rows = bench.train_rows(
+        args, budget, ["data=demo"], "eager", {"eager"}, peak, [4096, 32768], count=fake_count
+    )
     assert len(rows) == len(budget.runs) == 2 * len(bench.MODELS) * 2
     assert [r["batch_tokens"] for r in rows] == [4096] * 6 + [32768] * 6  # smaller first
     fp32 = rows[0]
-    assert (fp32["model"], fp32["precision"], fp32["mfu"]) == ("gru_bahdanau", "fp32", 0.06)
-    assert rows[1]["model_tflops"] == 6.0 and rows[1]["mfu"] == 0.015  # bf16 peak is 8x
+    assert (fp32["model"], fp32["precision"], fp32["mfu"]) == ("gru_bahdanau", "fp32", 0.03)
+    assert fp32["train_flops_per_tgt_token"] == 30_000_000
+    assert rows[1]["model_tflops"] == 3.0 and rows[1]["mfu"] == 0.0075  # bf16 peak is 8x
     skipped = [r for r in rows if "skipped" in r]
     assert len(skipped) == 3 and all(r["precision"] == "bf16" for r in skipped)
     assert not any("train.compile=true" in run for run in budget.runs)
 
 
+def test_a_row_whose_flops_cannot_be_counted_keeps_its_speed_and_says_why(bench):
+    def failing(overrides):
+        raise KeyError("model.arch")
+
+    args = SimpleNamespace(quick=False, device="cuda", windows=3, steps=20)
+    peak = {"peak_tflops": {"fp32": 50.0, "bf16": 400.0}}
+    rows = bench.train_rows(
+        args, FakeBudget(), ["data=demo"], "eager", {"eager"}, peak, [4096], count=failing
+    )
+    assert len(rows) == 6
+    assert rows[0]["tgt_tokens_per_s"] == 50_000.0 and rows[0]["mfu"] is None
+    assert rows[0]["flops_skipped"] == "KeyError: 'model.arch'"
+
+
 def test_graph_rows_compile_capture_and_fix_the_shapes_or_say_why_not(bench):
     args = SimpleNamespace(quick=False, device="cuda", windows=3, steps=20)
     budget = FakeBudget()
-    rows = bench.train_rows(args, budget, ["data=demo"], "graphs", {"graphs"}, {}, [4096])
+    rows = bench.train_rows(
+        args, budget, ["data=demo"], "graphs", {"graphs"}, {}, [4096], count=fake_count
+    )
     assert all(r["mode"] == "graphs" and r["compile"] for r in rows)
     for run in budget.runs:
         assert {"train.compile=true", "train.cuda_graphs=true", "train.length_step=8"} <= set(run)
@@ -84,3 +118,60 @@ def test_torchrun_rows_need_two_gpus_and_say_so(bench, tmp_path):
         pytest.skip("this machine has the GPUs to run the rows")
     rows = bench.ddp_rows(args, FakeBudget(), ["data=demo"], tmp_path)
     assert len(rows) == 1 and "need 2 or more" in rows[0]["skipped"]
+
+
+@pytest.fixture(scope="module", params=sorted(SMALL_MODELS))
+def prepared(request, demo_dir, tmp_path_factory):
+    """(the nmt-train overrides, the run's data, its model) of a small GRU + Bahdanau or
+    Transformer on the demo corpus, prepared as nmt-train prepares a run."""
+    overrides = ("data=demo", f"data.local_dir={demo_dir}", *SMALL, *SMALL_MODELS[request.param])
+    run_dir = tmp_path_factory.mktemp(f"flops-{request.param}")
+    data, model, _ = prepare_run(cli.compose_config("train", [*overrides, f"run_dir={run_dir}"]))
+    with data.train:
+        yield overrides, data, model
+
+
+def test_counted_flops_agree_with_torchs_count_of_a_real_batch(bench, prepared):
+    """torch.utils.flop_counter counts the matrix products torch runs, forward and backward (for
+    a GRU on the CPU too: its cell decomposes into matrix products), independently of
+    `train_flops`'s formula. The batch: the training pairs of the most common (source, target)
+    length, so no position is padding and both counts see the same positions. Tolerance 1%:
+    elementwise work is counted by neither; torch skips the gradient of a product's constant
+    input, where `train_flops` counts it: each recurrent layer's first step from its zero state
+    (2 x its hidden-to-hidden multiply-adds per sentence and direction: 0.08% here for the
+    GRU; the Transformer's counts are equal)."""
+    _, data, model = prepared
+    lengths = list(zip(data.train.src_lens.tolist(), data.train.tgt_lens.tolist(), strict=True))
+    (src_len, tgt_len), _ = Counter(lengths).most_common(1)[0]
+    index = [i for i, pair in enumerate(lengths) if pair == (src_len, tgt_len)][:32]
+    assert len(index) >= 8
+    batch = data.train.batch(index)
+    assert batch.src.shape == (len(index), src_len)  # no padding
+    assert batch.tgt_in.shape == (len(index), tgt_len + 1)  # BOS + target
+    model.train()
+    with FlopCounterMode(display=False) as counter:
+        loss, _ = batch_loss(model, batch, smoothing=0.1)
+        loss.backward()
+    measured = counter.get_total_flops()
+    counted = len(index) * bench.train_flops(model, src_len, tgt_len + 1)
+    assert counted == pytest.approx(measured, rel=0.01)
+    # the old count, 6 x every parameter per target token, is off: 1.34x (GRU), 0.81x here
+    old = 6 * sum(p.numel() for p in model.parameters()) * batch.n_tgt_tokens
+    assert abs(old / measured - 1) > 0.15
+
+
+def test_a_rows_flops_per_token_are_its_models_over_the_training_split(bench, prepared):
+    """`corpus_flops` (what a row's MFU uses) builds the row's model with the run's vocabulary
+    and weighs every training pair: the sum of the pairs' FLOPs over their target tokens (EOS
+    included, as tokens/s counts them)."""
+    overrides, data, model = prepared
+    src, tgt = data.train.src_lens[:200], data.train.tgt_lens[:200]
+    per_pair = [bench.train_flops(model, s, t + 1) for s, t in zip(src.tolist(), tgt.tolist())]
+    assert bench.train_flops_per_token(model, src, tgt) == pytest.approx(
+        sum(per_pair) / (int(tgt.sum()) + len(tgt))
+    )
+    counted = bench.corpus_flops(overrides)
+    assert counted["parameters"] == sum(p.numel() for p in model.parameters())
+    assert counted["train_pairs"] == len(data.train)
+    every_pair = bench.train_flops_per_token(model, data.train.src_lens, data.train.tgt_lens)
+    assert counted["train_flops_per_tgt_token"] == round(every_pair)

@@ -64,6 +64,7 @@ REQUIRED = {
     "plot": ["run_dir=x"],
     "serve": ["ckpt=x"],
     "export": ["ckpt=x", "out=y"],
+    "score": ["ckpt=x"],
 }
 
 
@@ -192,3 +193,36 @@ def test_help_lists_the_config_groups_with_their_options(capsys):
         cli.translate(["--help"])
     shown = capsys.readouterr().out
     assert "decode:" in shown and "[beam]" in shown and "model:" not in shown
+
+
+GRAPHS = ["train.compile=true", "train.cuda_graphs=true"]
+
+
+def test_cuda_graphs_with_gradient_accumulation_are_refused_before_any_work(tmp_path, capsys):
+    """The issue's command: the captured backward's gradient buffers are overwritten by the next
+    replay, so accumulating over micro-batches is refused until a GPU test proves it sums right.
+    data.local_dir names nothing: the refusal comes before any data is looked for."""
+    run_dir = tmp_path / "run"
+    argv = ["experiment=demo", *GRAPHS, "train.accum_steps=2", f"run_dir={run_dir}"]
+    argv += [f"data.local_dir={tmp_path / 'absent'}"]
+    err = error_of(cli.train, argv, capsys)
+    assert "train.cuda_graphs=true with train.accum_steps=2" in err
+    assert "set train.accum_steps=1 with train.batch_tokens=4096" in err  # the demo's 2,048 x 2
+    assert "train.cuda_graphs=false" in err
+    assert "until a GPU test proves equal gradients" in err
+    assert not run_dir.exists()
+    # with fixed shapes too: the accumulation is what is refused
+    err = error_of(cli.train, [*argv, "train.length_step=8"], capsys)
+    assert "train.accum_steps=2" in err
+
+
+def test_cuda_graphs_without_fixed_shapes_are_refused(tmp_path, capsys):
+    where = [f"run_dir={tmp_path / 'run'}", f"data.local_dir={tmp_path / 'absent'}"]
+    err = error_of(cli.train, [*GRAPHS, *where], capsys)
+    assert "train.length_step > 0 (e.g. train.length_step=8)" in err
+    assert "train.cuda_graphs=false" in err
+
+
+def test_cuda_graphs_compose_with_fixed_shapes_and_single_batch_updates():
+    cfg = cli.compose_config("train", [*GRAPHS, "train.length_step=8"]).train
+    assert cfg.cuda_graphs and cfg.compile and cfg.length_step == 8 and cfg.accum_steps == 1

@@ -121,7 +121,7 @@ def test_one_process_under_torchrun_is_the_plain_run(tmp_path, demo_dir):
 
 def test_cuda_graphs_under_torchrun_are_refused_before_any_work(tmp_path, demo_dir):
     run_dir = tmp_path / "run"
-    extra = ["train.compile=true", "train.cuda_graphs=true"]
+    extra = ["train.compile=true", "train.cuda_graphs=true", "train.length_step=8"]
     command, env = torchrun_command(run_dir, demo_dir, *extra)
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode != 0

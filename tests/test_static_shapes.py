@@ -3,11 +3,12 @@ filler changes nothing the model learns from."""
 
 from __future__ import annotations
 
+import logging
 import random
 
 import pytest
 import torch
-from test_train import SMALL_TRANSFORMER, train
+from test_train import SMALL_TRANSFORMER, losses, train
 
 from nmt.batches import collate, epoch_batches, fixed_shape
 from nmt.cli import main as cli
@@ -102,3 +103,26 @@ def test_training_sees_only_the_fixed_shapes(tmp_path, demo_dir, monkeypatch):
 def test_cuda_graphs_need_compile():
     with pytest.raises(NMTError, match="train.compile=true"):
         cli.compose_config("train", ["train.cuda_graphs=true"])
+
+
+@pytest.mark.slow  # two torch.compile runs: minutes on 2 CPU cores
+def test_cuda_graphs_on_the_cpu_warn_and_leave_the_losses_as_compiled(tmp_path, demo_dir, caplog):
+    """On the CPU train.cuda_graphs=true is accepted (with its fixed shapes) and changes nothing
+    but a warning: the losses of a compiled run, within float tolerance (two compilations may
+    order float sums differently: 2e-7 apart where measured). train.length_step=64 puts every
+    demo batch in one shape (9 rows of 64), so each run compiles once."""
+    common = [
+        "train.compile=true", "train.length_step=64", "train.max_steps=3", "train.log_every=1",
+        "train.valid_every=3", "train.valid_bleu=false", "train.metric=loss",
+    ]  # fmt: skip
+    model = ["model=transformer_small", *SMALL_TRANSFORMER, "model.dropout=0.0"]
+    model += ["model.attention_dropout=0.0"]
+    train(tmp_path / "compiled", demo_dir, *common, model=model)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        train(tmp_path / "graphs", demo_dir, *common, "train.cuda_graphs=true", model=model)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "train.cuda_graphs has no effect on cpu: the step runs compiled" in warnings
+    compiled, graphs = losses(tmp_path / "compiled"), losses(tmp_path / "graphs")
+    assert sorted(graphs) == [1, 2, 3]
+    assert graphs == pytest.approx(compiled, rel=1e-5)
