@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -142,11 +142,12 @@ class TokenizedCorpus:
             out += [np.frombuffer(ids, dtype=dtype).astype(np.int64), counts]
         return out[0], out[1], out[2], out[3]
 
-    def close(self) -> None:
-        """Close the shard files (idempotent); the corpus reads nothing after."""
+    def close(self, _close: Callable[[int], None] = os.close) -> None:
+        """Close the shard files (idempotent); the corpus reads nothing after. (`os.close` is
+        bound at definition: a `__del__` at interpreter exit may find the module `os` gone.)"""
         fds, self._fds = getattr(self, "_fds", []), []
         for fd in fds:
-            os.close(fd)
+            _close(fd)
 
     def __enter__(self) -> TokenizedCorpus:
         return self
