@@ -2,14 +2,22 @@
 hypotheses against the references as read (whitespace runs collapsed, which none of BLEU's 13a
 tokenizer, chrF or TER can see), each reported with its sacreBLEU signature so that it can be
 compared with others; and the perplexity that training logs.
+
+`compare` tells whether systems differ by more than chance: sacreBLEU's paired bootstrap
+resampling (`sacrebleu.significance.PairedTest`, Koehn 2004), each system against a baseline on
+the same sentences, with a 95% confidence interval for each system's score.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-from dataclasses import dataclass
+import os
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
 
 from sacrebleu.metrics import BLEU, CHRF, TER
+from sacrebleu.significance import PairedTest
 
 from nmt.errors import NMTError
 
@@ -35,6 +43,110 @@ def score(hypotheses: list[str], references: list[str]) -> Scores:
         lines += [str(result), f"  signature: {metric.get_signature()}"]
         values.append(result.score)
     return Scores(*values, lines)
+
+
+BOOTSTRAP_SAMPLES = 1000
+BOOTSTRAP_SEED = 12345  # sacreBLEU's own default, so its command line gives the same numbers
+
+
+@dataclass
+class SystemScore:
+    """One system's score under one metric, from paired bootstrap resampling."""
+
+    system: str
+    score: float  # on the whole test set
+    mean: float  # the mean over the resamples ...
+    ci: float  # ... +- this: half the width of the 95% interval of the resampled scores
+    p_value: float | None  # against the baseline (None: the baseline itself)
+
+
+@dataclass
+class Comparison:
+    """Systems compared with a baseline (the first system), per metric ("BLEU", "chrF2",
+    "TER"): their scores, intervals and p-values, and each metric's sacreBLEU signature (which
+    records the test: bs:SAMPLES|seed:SEED)."""
+
+    results: dict[str, list[SystemScore]]
+    signatures: dict[str, str]
+
+    @property
+    def lines(self) -> list[str]:
+        """A table per metric, each followed by its signature."""
+        width = max(len(r.system) for rows in self.results.values() for r in rows)
+        out = []
+        for metric, rows in self.results.items():
+            out.append(f"{metric}:")
+            for r in rows:
+                p = "baseline" if r.p_value is None else f"p = {r.p_value:.4f}"
+                mark = " *" if r.p_value is not None and r.p_value < 0.05 else ""
+                out.append(
+                    f"  {r.system:<{width}}  {r.score:6.2f}  "
+                    f"(mean {r.mean:6.2f} +- {r.ci:.2f})  {p}{mark}"
+                )
+            out.append(f"  signature: {self.signatures[metric]}")
+        out.append("* p < 0.05: a difference that chance alone rarely gives")
+        return out
+
+    def to_dict(self) -> dict:
+        return {
+            "test": "paired bootstrap resampling (sacreBLEU)",
+            "results": {m: [asdict(r) for r in rows] for m, rows in self.results.items()},
+            "signatures": self.signatures,
+        }
+
+
+@contextlib.contextmanager
+def _sacrebleu_seed(seed: int) -> Iterator[None]:
+    """PairedTest takes its seed from the environment (SACREBLEU_SEED) alone: set it for the
+    test, whatever the caller's environment says, and put it back."""
+    saved = os.environ.get("SACREBLEU_SEED")
+    os.environ["SACREBLEU_SEED"] = str(seed)
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ["SACREBLEU_SEED"]
+        else:
+            os.environ["SACREBLEU_SEED"] = saved
+
+
+def compare(
+    systems: list[tuple[str, list[str]]],
+    references: list[str],
+    samples: int = BOOTSTRAP_SAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+) -> Comparison:
+    """BLEU, chrF2 and TER of each (name, hypotheses) system with its 95% confidence interval,
+    and the paired-bootstrap p-value of each system after the first (the baseline) against it.
+    Every system resamples the same sentences (seeded), so the output is the same every run.
+
+    A system with exactly the baseline's hypotheses gets p = 1: sacreBLEU counts the resamples
+    whose (centred) difference exceeds the observed one, and with no difference at all none
+    does, which gives its smallest p-value, 1/(samples+1), the opposite of the truth."""
+    if len(systems) < 2:
+        raise NMTError("compare needs a baseline and at least one other system")
+    for name, hypotheses in systems:
+        if len(hypotheses) != len(references):
+            raise NMTError(f"{name}: {len(hypotheses)} hypotheses but {len(references)} references")
+    if samples < 1 or seed < 1:  # PairedTest treats seed 0 as "no seed"
+        raise NMTError(f"samples={samples} and seed={seed} must be >= 1")
+    metrics = {"BLEU": BLEU(), "chrF2": CHRF(), "TER": TER()}
+    with _sacrebleu_seed(seed):
+        test = PairedTest(systems, metrics, [references], test_type="bs", n_samples=samples)
+        signatures, table = test()
+    baseline = systems[0][1]
+    results = {}
+    for metric, rows in table.items():
+        if metric == "System":
+            continue
+        results[metric] = [
+            SystemScore(
+                name, float(r.score), float(r.mean), float(r.ci),
+                None if k == 0 else 1.0 if hyps == baseline else float(r.p_value),
+            )
+            for k, ((name, hyps), r) in enumerate(zip(systems, rows))
+        ]  # fmt: skip
+    return Comparison(results, {m: str(s) for m, s in signatures.items()})
 
 
 def perplexity(nll_per_token: float) -> float:

@@ -10,6 +10,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
 from omegaconf import MISSING, OmegaConf
 
@@ -23,6 +24,17 @@ from nmt.config import (
     model_schema,
 )
 from nmt.errors import NMTError
+
+
+def _paths(key: str, value: object) -> list[str]:
+    """A key that takes one path or a list of them, as a list (None: [])."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise NMTError(f"{key}={value!r}: expected a path or a list of paths, {key}=[a,b]")
 
 
 def _check_device(device: str) -> None:
@@ -64,12 +76,16 @@ class EvaluateRunConfig:
     attention_layer: int | None = -1  # which attention layer they show; None = mean of layers
     attention_head: int | None = None  # which head; None = mean of heads
     heatmap_grid: bool = False  # also one PNG per sentence with every layer and head
+    # hypothesis files (one path, or a list) compared with this checkpoint's own hypotheses:
+    # BLEU, chrF and TER with 95% confidence intervals and paired-bootstrap p-values
+    compare: Any = None  # str | list[str] | None (OmegaConf has no union of str and list)
     device: str = "auto"
 
     def __post_init__(self) -> None:
         _check_device(self.device)
         if (self.src_file is None) != (self.ref_file is None):
             raise NMTError("give both src_file and ref_file, or neither")
+        self.compare = _paths("compare", self.compare)
 
 
 @dataclass
@@ -90,6 +106,30 @@ class TranslateRunConfig:
 
     def __post_init__(self) -> None:
         _check_device(self.device)
+
+
+class ScoreFormat(str, Enum):
+    tsv = "tsv"
+    jsonl = "jsonl"
+
+
+@dataclass
+class ScoreRunConfig:
+    ckpt: str = MISSING
+    src: str | None = None  # sources, one a line ...
+    hyp: str | None = None  # ... and their translations, as many lines
+    tsv: str | None = None  # or source<TAB>translation lines; none of the three: stdin as TSV
+    pieces: bool = False  # also each piece and its log-probability
+    format: ScoreFormat = ScoreFormat.tsv
+    decode: DecodeConfig = field(default_factory=DecodeConfig)  # length penalty, shortlist...
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        _check_device(self.device)
+        if (self.src is None) != (self.hyp is None):
+            raise NMTError("give both src=FILE and hyp=FILE (or tsv=FILE, or TSV on stdin)")
+        if self.tsv is not None and self.src is not None:
+            raise NMTError("give src=FILE hyp=FILE or tsv=FILE, not both")
 
 
 def flatten(obj: object, prefix: str = "") -> dict:
@@ -157,18 +197,33 @@ class ServeRunConfig:
     max_chars: int = 100_000  # most characters in one request, all its texts together (HTTP 413)
     max_texts: int = 64  # most texts in one request
     max_beam: int = 16  # largest beam_size and n_best a request may ask for (HTTP 422 above)
+    # most work in one request, in hypothesis steps: for each text, the hypotheses searched at
+    # each step (beam_size; n_best draws for sample; 1 for greedy) times its length limit
+    # (decode.max_len_a * source pieces + decode.max_len_b, at most max_len_cap); HTTP 413 above
+    max_request_cost: int = 100_000
     batch_wait_ms: float = 5.0  # collect concurrent requests this long into one decode; 0 = off
     max_batch: int = 64  # most sentences in one batched decode
+    # most work in one decode, as max_request_cost counts it: a costlier request is decoded in
+    # pieces, and the other requests' batches take turns with them
+    batch_cost: int = 16_384
+    max_queue: int = 512  # most sentences waiting for a decode; above, HTTP 503 with Retry-After
     device: str = "auto"
 
     def __post_init__(self) -> None:
         _check_device(self.device)
         if not 0 <= self.port <= 65535:
             raise NMTError(f"port={self.port} must be in 0..65535")
-        if min(self.max_chars, self.max_texts, self.max_batch, self.max_beam) < 1:
-            raise NMTError("max_chars, max_texts, max_batch and max_beam must be >= 1")
+        sizes = ("max_chars", "max_texts", "max_beam", "max_request_cost", "max_batch")
+        sizes += ("batch_cost",)
+        if min(getattr(self, k) for k in sizes) < 1:
+            raise NMTError(f"{', '.join(sizes)} must be >= 1")
         if self.batch_wait_ms < 0:
             raise NMTError(f"batch_wait_ms={self.batch_wait_ms} must be >= 0")
+        if self.max_queue < self.max_texts:
+            raise NMTError(
+                f"max_queue={self.max_queue} must be >= max_texts={self.max_texts}: "
+                "a request of max_texts texts must fit in an empty queue"
+            )
 
 
 class ExportFormat(str, Enum):

@@ -4,6 +4,7 @@
     translator.translate(["Ein Hund läuft."])                                  # best translations
     translator.translate_full(texts, decode=DecodeConfig(strategy=Strategy.beam, n_best=3))
     translator.translate(["Ein Hund läuft."], prefixes=["A dog"])              # "what if"
+    translator.score(["Ein Hund läuft."], ["A dog runs."])                     # log-probabilities
 
 Decode settings are an argument of each call (the default is what the checkpoint validated with,
 or the `decode` given at construction), so one Translator serves any mix of requests: nmt-serve
@@ -20,6 +21,8 @@ of "eigh", so the translation continues after them rather than within a longer w
 
 from __future__ import annotations
 
+import logging
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,8 +39,11 @@ from nmt.inputs import clean, prefix_ids, read_sources
 from nmt.lexicon import NO_LEXICON, Lexicon
 from nmt.models import restore_model
 from nmt.models.seq2seq import Seq2Seq
+from nmt.scoring import Scored, score_ids
 from nmt.search import search_all
-from nmt.tokenizer import EOS, Vocab, Vocabs
+from nmt.tokenizer import EOS, UNK, Vocab, Vocabs
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -188,6 +194,51 @@ class Translator:
                 )
             )
         return sources.place(results, lambda i: _blank(texts[i]))
+
+    def score(
+        self,
+        sources: list[str],
+        translations: list[str],
+        *,
+        decode: DecodeConfig | None = None,
+        first_line: int = 1,
+    ) -> list[Scored]:
+        """What the model thinks of each given translation of its source: the log-probability
+        of each of its pieces and of the EOS after them, their total, and the total with
+        `decode`'s length penalty (`nmt.scoring`). N pairs in, N scores out, in order; the search
+        would have reported the same score for the same pieces. A source longer than
+        `decode.max_src_pieces` is cut as `translate` cuts it (a warning names its line); a blank
+        source is the empty sentence (EOS alone), a blank translation scores the EOS alone;
+        pieces the target vocabulary lacks are scored as <unk> (a warning names the line).
+        Of `decode`, the length penalty, batch size, source cap, shortlist and precision count;
+        the search's settings (strategy, length limits, `prefix`) have no part in scoring."""
+        if len(sources) != len(translations):
+            raise NMTError(f"{len(sources)} sources but {len(translations)} translations")
+        decode = decode or self.decode
+        if decode is not self.decode:
+            self.check(decode)
+        read = read_sources(self.vocabs.src, sources, decode.max_src_pieces, first_line)
+        src_ids = read.place(read.ids, lambda i: [EOS])
+        texts = [clean(t) for t in translations]
+        tgt_ids = self.vocabs.tgt.encode(texts) if any(texts) else [[] for _ in texts]
+        for i, ids in enumerate(tgt_ids):
+            if UNK in ids:
+                log.warning(
+                    "line %d: the translation has characters the target vocabulary lacks; "
+                    "they are scored as <unk>", first_line + i,
+                )  # fmt: skip
+        logprobs = score_ids(self.model, src_ids, tgt_ids, decode, self.device, self.lexicon)
+        return [
+            Scored(
+                source=source,
+                translation=text,
+                score=math.fsum(values),
+                normalized=decode.normalize(math.fsum(values), len(values)),
+                pieces=self.vocabs.tgt.id_to_piece(ids + [EOS]),
+                piece_scores=values,
+            )
+            for source, text, ids, values in zip(sources, texts, tgt_ids, logprobs)
+        ]
 
 
 def _with_pieces(tree: BeamTree, vocab: Vocab) -> BeamTree:

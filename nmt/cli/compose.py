@@ -19,6 +19,7 @@ from nmt.run_config import (
     EvaluateRunConfig,
     ExportRunConfig,
     PlotRunConfig,
+    ScoreRunConfig,
     ServeRunConfig,
     TrainRunConfig,
     TranslateRunConfig,
@@ -61,6 +62,7 @@ SCHEMAS = {
     "plot": PlotRunConfig,
     "serve": ServeRunConfig,
     "export": ExportRunConfig,
+    "score": ScoreRunConfig,
 }
 
 

@@ -1,6 +1,8 @@
 """nmt-evaluate: decode a split (or a pair of files), write the hypotheses, score them with
 sacreBLEU (`nmt.metrics`: detokenized output against the raw references, signatures printed),
-and draw the attention of the first sentences.
+and draw the attention of the first sentences. With `compare=FILE` (or a list), each hypothesis
+file is compared with the checkpoint's own hypotheses (the baseline) by paired bootstrap
+resampling: scores with 95% confidence intervals and p-values, in the output and scores.json.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from nmt.attention_map import save_heatmap, save_heatmap_grid
 from nmt.checkpoint import load_checkpoint
 from nmt.data import read_lines, read_split
 from nmt.errors import NMTError
-from nmt.metrics import Scores, score
+from nmt.metrics import Scores, compare, score
 from nmt.run_config import EvaluateRunConfig
 from nmt.translate import Translator
 
@@ -40,6 +42,17 @@ def evaluate_main(cfg: EvaluateRunConfig) -> Scores:
         corpus = read_split(cfg.data or ckpt.config.data, cfg.split)
         sources, references, name = corpus.src, corpus.tgt, cfg.split.value
 
+    # the systems to compare, checked before any decoding: a wrong file fails in a second
+    for path in cfg.compare:
+        if not Path(path).is_file():
+            raise NMTError(f"compare: no such hypothesis file {path}")
+    others = [(path, read_lines(Path(path))) for path in cfg.compare]
+    for path, lines in others:
+        if len(lines) != len(sources):
+            raise NMTError(
+                f"compare: {path} has {len(lines)} lines but {name} has {len(sources)} sentences"
+            )
+
     out = _out_dir(cfg, ckpt.path)
     out.mkdir(parents=True, exist_ok=True)
     # heatmaps first, from their own small decode: a bad attention_layer fails in seconds, and the
@@ -55,6 +68,9 @@ def evaluate_main(cfg: EvaluateRunConfig) -> Scores:
 
     hypotheses = translator.translate(sources)
     scores = score(hypotheses, references)
+    comparison = None
+    if others:
+        comparison = compare([(f"{name}.hyp (this checkpoint)", hypotheses), *others], references)
 
     (out / f"{name}.hyp").write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
     record = {
@@ -65,11 +81,16 @@ def evaluate_main(cfg: EvaluateRunConfig) -> Scores:
         "decode": cfg.decode.describe(),
         **scores.to_dict(),
     }
+    if comparison is not None:
+        record["significance"] = comparison.to_dict()
     (out / f"{name}.scores.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
 
     step = ckpt.payload["step"]
     print(f"{name}: {len(sources)} sentences, checkpoint {ckpt.path} (step {step})")
     print(f"decoding: {cfg.decode.describe()}")
     print("\n".join(scores.lines))
+    if comparison is not None:
+        print("paired bootstrap resampling against this checkpoint's hypotheses (sacreBLEU):")
+        print("\n".join(comparison.lines))
     print(f"hypotheses: {out / f'{name}.hyp'}", file=sys.stderr)
     return scores

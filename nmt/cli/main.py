@@ -9,6 +9,7 @@ line and a non-zero exit status.
     nmt-evaluate ckpt=DIR ...    nmt-translate ckpt=DIR ...    nmt-average run_dir=DIR last=N
     nmt-plot run_dir=DIR         nmt-plot run_dirs=[A,B,...]
     nmt-serve ckpt=DIR port=N    nmt-export ckpt=DIR format=onnx|torchscript|ctranslate2 out=DIR
+    nmt-score ckpt=DIR src=FILE hyp=FILE   (or tsv=FILE, or source<TAB>translation on stdin)
 
 A sweep (`-m`/`--multirun`) is `nmt/cli/sweep.py`.
 """
@@ -37,6 +38,7 @@ EXAMPLES = {
     "plot": "run_dirs=[runs/a,runs/b]",
     "serve": "ckpt=runs/NAME/checkpoints/best port=8000",
     "export": "ckpt=runs/NAME/checkpoints/best format=onnx out=runs/export",
+    "score": "ckpt=runs/NAME/checkpoints/best src=test.de hyp=test.hyp",
 }
 
 
@@ -142,6 +144,12 @@ def translate(argv: list[str] | None = None) -> int:
     return _run("translate", translate_main, argv)
 
 
+def score(argv: list[str] | None = None) -> int:
+    from nmt.cli.score import score_main
+
+    return _run("score", score_main, argv)
+
+
 def average(argv: list[str] | None = None) -> int:
     from nmt.training.average import average_main
 
@@ -191,6 +199,10 @@ def main_evaluate() -> None:
 
 def main_translate() -> None:
     sys.exit(translate())
+
+
+def main_score() -> None:
+    sys.exit(score())
 
 
 def main_average() -> None:

@@ -1,0 +1,113 @@
+"""Scoring given translations: the log-probability the model gives each target piece of a
+translation of a source, by teacher forcing (one `Seq2Seq.forward` per batch, no search).
+
+The numbers are the search's own (`nmt.search`): `torch.log_softmax(logits.float(), -1)` under
+the same `decode.precision` autocast, a piece's log-probability before the search's hard
+constraints (`decode.min_len_*`, `decode.no_repeat_ngram` block a piece with -inf, they never
+change the others'), the EOS that ends the translation included. So the total of the search's own
+output is the score the search reported for it (`Hypothesis.score`), and its length-normalised
+score (`DecodeConfig.normalize`, the length counting the EOS) is what n-best lists are ranked by.
+With `decode.shortlist` the softmax is taken over each sentence's shortlist as the search takes it
+(`nmt.lexicon`), and a piece outside the list scores -inf: the model, so restricted, cannot
+produce it. `decode.prefix` has no part in scoring (the whole translation is given). In fp32 the
+totals agree to float32 rounding; under bf16 only to bf16's (8 bits of mantissa): teacher forcing
+multiplies other shapes than a step does, and bf16 products round differently with the shape.
+
+Sentences are batched as the search batches them (`nmt.inputs.length_batches`), sorted by
+target length, then source length: the decoder is where the time goes (a Bahdanau decoder steps
+through every padded target position), as in training's batches (`nmt.batches.token_batches`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from nmt.batches import collate
+from nmt.config import DecodeConfig
+from nmt.device import autocast
+from nmt.errors import NMTError
+from nmt.inputs import length_batches
+from nmt.lexicon import NO_LEXICON, Lexicon
+from nmt.models.seq2seq import Seq2Seq
+
+NEG_INF = float("-inf")
+
+
+@dataclass
+class Scored:
+    """What the model thinks of one translation of one source (`Translator.score`)."""
+
+    source: str
+    translation: str  # as scored: whitespace runs collapsed (`nmt.inputs.clean`)
+    score: float  # total log-probability, the final EOS included (-inf: outside the shortlist)
+    normalized: float  # `score` with decode's length penalty, the length counting the EOS
+    pieces: list[str]  # the translation's target pieces, EOS ("</s>") last
+    piece_scores: list[float]  # the log-probability of each of `pieces`
+
+
+def score_ids(
+    model: Seq2Seq,
+    src_ids: list[list[int]],
+    tgt_ids: list[list[int]],
+    cfg: DecodeConfig,
+    device: torch.device,
+    lexicon: Lexicon | None = None,
+) -> list[list[float]]:
+    """The log-probability of each piece of each target (ids without BOS and EOS), then of the
+    EOS after it, given its source (ids ending in EOS): len(tgt_ids[i]) + 1 numbers for pair i,
+    in input order. `lexicon` gives the shortlists of `cfg.shortlist`."""
+    if len(src_ids) != len(tgt_ids):
+        raise NMTError(f"{len(src_ids)} sources but {len(tgt_ids)} translations")
+    if cfg.shortlist and lexicon is None:
+        raise NMTError(NO_LEXICON)
+    out: list[list[float]] = [[] for _ in src_ids]
+    longest = max((len(s) for s in src_ids), default=0) + 1
+    sizes = [(len(t) + 1) * longest + len(s) for s, t in zip(src_ids, tgt_ids)]  # tgt, then src
+    with torch.inference_mode(), autocast(device, cfg.precision):
+        for index in length_batches(sizes, cfg.batch_size):
+            batch = collate(index, src_ids, tgt_ids).to(device)
+            lengths = [len(tgt_ids[i]) + 1 for i in index]  # the pieces and EOS
+            log_probs = _target_log_probs(
+                model, batch.src, batch.src_lens, batch.tgt_in, batch.tgt_out, lengths, cfg, lexicon
+            )
+            # one device-to-host copy per batch, then plain Python
+            for i, row in zip(index, log_probs.cpu().split(lengths)):
+                out[i] = row.tolist()
+    return out
+
+
+def _target_log_probs(
+    model: Seq2Seq,
+    src: Tensor,
+    src_lens: Tensor,
+    tgt_in: Tensor,
+    tgt_out: Tensor,
+    lengths: list[int],
+    cfg: DecodeConfig,
+    lexicon: Lexicon | None,
+) -> Tensor:
+    """src (B, S), tgt_in (B, T) BOS + target, tgt_out (B, T) target + EOS, padded after each
+    row's `lengths` -> the log-probabilities (N,) of the N real positions of tgt_out, row after
+    row. Real positions are told by length, not by id: a search may produce PAD itself."""
+    logits, _ = model(src, src_lens, tgt_in)  # (B, T, V)
+    steps = torch.arange(tgt_out.size(1), device=tgt_out.device)
+    real = steps < torch.tensor(lengths, device=tgt_out.device).unsqueeze(1)  # (B, T)
+    target = tgt_out
+    listed = None
+    if cfg.shortlist:
+        assert lexicon is not None
+        shortlist = lexicon.shortlist(src, cfg.shortlist, cfg.shortlist_frequent)
+        ids = shortlist.ids  # (C,) ascending
+        # each sentence's softmax runs over the pieces it allows, as in the search's step
+        logits = logits[..., ids].masked_fill(~shortlist.allowed.unsqueeze(1), NEG_INF)
+        target = torch.searchsorted(ids, tgt_out).clamp(max=ids.numel() - 1)  # (B, T) columns
+        listed = ids[target] == tgt_out  # a piece outside the batch's shortlist has no column
+    # only the real positions: padding costs the output layer, never the softmax
+    log_probs = torch.log_softmax(logits[real].float(), dim=-1)  # (N, V or C), as the search
+    chosen = log_probs.gather(1, target[real].unsqueeze(1)).squeeze(1)  # (N,)
+    if listed is not None:
+        chosen = chosen.masked_fill(~listed[real], NEG_INF)
+    return chosen
