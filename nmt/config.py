@@ -107,6 +107,11 @@ class LengthPenalty(str, Enum):
     gnmt = "gnmt"  # log-probability / ((5 + length) / 6) ** alpha (Wu et al. 2016)
 
 
+class EnsembleCombine(str, Enum):
+    prob = "prob"  # the mean of the members' probabilities (the default: nmt/models/ensemble.py)
+    logprob = "logprob"  # the mean of their log-probabilities (a normalised geometric mean)
+
+
 class Split(str, Enum):
     train = "train"
     valid = "valid"

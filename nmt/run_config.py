@@ -17,6 +17,7 @@ from omegaconf import MISSING, OmegaConf
 from nmt.config import (
     DataConfig,
     DecodeConfig,
+    EnsembleCombine,
     ModelConfig,
     Split,
     TrainConfig,
@@ -64,8 +65,47 @@ class TrainRunConfig:
 
 
 @dataclass
-class EvaluateRunConfig:
-    ckpt: str = MISSING
+class CheckpointsConfig:
+    """The model a decoding command runs: one checkpoint directory, or several decoded as one
+    ensemble (`ckpt=[a,b,c]`, nmt/models/ensemble.py). `ckpts` gives the list either way."""
+
+    # a checkpoint directory (holds ckpt.pt, config.yaml and the tokenizer), or a list of them
+    ckpt: Any = MISSING  # str | list[str] (OmegaConf has no union of str and list)
+    ckpt_weights: list[float] | None = None  # an ensemble's weights, one per ckpt; None = equal
+    ensemble_combine: EnsembleCombine = EnsembleCombine.prob  # mean of probabilities or logprob
+    # the attention shown (REPL, page, heatmaps): "mean" over members, or a member's index
+    ensemble_attention: str = "mean"
+
+    @property
+    def ckpts(self) -> list[str]:
+        return _paths("ckpt", self.ckpt)
+
+    @property
+    def attention_member(self) -> str | int:
+        return "mean" if self.ensemble_attention == "mean" else int(self.ensemble_attention)
+
+    def check_ckpts(self) -> None:
+        """The checks that need no checkpoint read (the members' tokenizers are compared when
+        they are loaded)."""
+        count = len(self.ckpts)
+        if not count:
+            raise NMTError("ckpt=[] names no checkpoint")
+        if self.ckpt_weights is not None and len(self.ckpt_weights) != count:
+            raise NMTError(f"ckpt_weights has {len(self.ckpt_weights)} weights for {count} ckpt")
+        if self.ckpt_weights is not None and not all(w > 0 for w in self.ckpt_weights):
+            raise NMTError(f"ckpt_weights={self.ckpt_weights}: every weight must be positive")
+        attention = self.ensemble_attention
+        if attention != "mean" and not (
+            attention.lstrip("-").isdigit() and -count <= int(attention) < count
+        ):
+            raise NMTError(
+                f"ensemble_attention={attention!r}: expected mean or a member's index, "
+                f"0..{count - 1}"
+            )
+
+
+@dataclass
+class EvaluateRunConfig(CheckpointsConfig):
     split: Split = Split.test
     src_file: str | None = None  # evaluate on these files instead of a data split
     ref_file: str | None = None
@@ -83,14 +123,18 @@ class EvaluateRunConfig:
 
     def __post_init__(self) -> None:
         _check_device(self.device)
+        self.check_ckpts()
         if (self.src_file is None) != (self.ref_file is None):
             raise NMTError("give both src_file and ref_file, or neither")
         self.compare = _paths("compare", self.compare)
+        if len(self.ckpts) > 1 and not self.out_dir:
+            raise NMTError(
+                "an ensemble (ckpt=[...]) needs out_dir=DIR: its hypotheses are no one member's"
+            )
 
 
 @dataclass
-class TranslateRunConfig:
-    ckpt: str = MISSING
+class TranslateRunConfig(CheckpointsConfig):
     input: str | None = None  # a file; None = stdin (interactive when it is a terminal)
     output: str | None = None  # None = stdout
     decode: DecodeConfig = field(default_factory=DecodeConfig)
@@ -106,6 +150,7 @@ class TranslateRunConfig:
 
     def __post_init__(self) -> None:
         _check_device(self.device)
+        self.check_ckpts()
 
 
 class ScoreFormat(str, Enum):
@@ -114,8 +159,7 @@ class ScoreFormat(str, Enum):
 
 
 @dataclass
-class ScoreRunConfig:
-    ckpt: str = MISSING
+class ScoreRunConfig(CheckpointsConfig):
     src: str | None = None  # sources, one a line ...
     hyp: str | None = None  # ... and their translations, as many lines
     tsv: str | None = None  # or source<TAB>translation lines; none of the three: stdin as TSV
@@ -126,6 +170,7 @@ class ScoreRunConfig:
 
     def __post_init__(self) -> None:
         _check_device(self.device)
+        self.check_ckpts()
         if (self.src is None) != (self.hyp is None):
             raise NMTError("give both src=FILE and hyp=FILE (or tsv=FILE, or TSV on stdin)")
         if self.tsv is not None and self.src is not None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +39,7 @@ from nmt.errors import NMTError
 from nmt.inputs import clean, prefix_ids, read_sources
 from nmt.lexicon import NO_LEXICON, Lexicon
 from nmt.models import restore_model
+from nmt.models.ensemble import check_options, load_ensemble
 from nmt.models.seq2seq import Seq2Seq
 from nmt.scoring import Scored, score_ids
 from nmt.search import search_all
@@ -102,6 +104,28 @@ class Translator:
         return cls(
             restore_model(ckpt, dev), ckpt.vocabs, dev, ckpt.lexicon, decode or ckpt.config.decode
         )
+
+    @classmethod
+    def from_checkpoints(
+        cls,
+        ckpts: Sequence[str | Path | Checkpoint],
+        decode: DecodeConfig | None = None,
+        device: str = "auto",
+        weights: Sequence[float] | None = None,
+        combine: str = "prob",
+        attention: str | int = "mean",
+    ) -> Translator:
+        """Several checkpoints decoded as one model, an ensemble (`nmt.models.ensemble`: its
+        members must share their tokenizers; `weights`, `combine` and `attention` as there). The
+        first checkpoint's vocabularies, lexicon and (`decode=None`) decode settings serve it. One
+        checkpoint is that checkpoint's model alone."""
+        check_options(len(ckpts), weights, combine, attention)
+        if len(ckpts) == 1:
+            return cls.from_checkpoint(ckpts[0], decode, device)
+        dev = resolve_device(device)
+        model, loaded = load_ensemble(ckpts, dev, weights, combine, attention)
+        first = loaded[0]
+        return cls(model, first.vocabs, dev, first.lexicon, decode or first.config.decode)
 
     def check(self, decode: DecodeConfig) -> None:
         """Raise NMTError if these settings cannot run here (precision, shortlist)."""

@@ -29,8 +29,12 @@ def _out_dir(cfg: EvaluateRunConfig, ckpt_path: Path) -> Path:
 
 
 def evaluate_main(cfg: EvaluateRunConfig) -> Scores:
-    ckpt = load_checkpoint(cfg.ckpt)
-    translator = Translator.from_checkpoint(ckpt, cfg.decode, cfg.device)
+    ckpts = [load_checkpoint(path) for path in cfg.ckpts]
+    ckpt = ckpts[0]  # an ensemble's: its first member's data config, step and path are reported
+    translator = Translator.from_checkpoints(
+        ckpts, cfg.decode, cfg.device, cfg.ckpt_weights, cfg.ensemble_combine.value,
+        cfg.attention_member,
+    )  # fmt: skip
     if cfg.src_file is not None:
         sources, references = read_lines(Path(cfg.src_file)), read_lines(Path(cfg.ref_file))
         name = Path(cfg.src_file).name
@@ -81,16 +85,28 @@ def evaluate_main(cfg: EvaluateRunConfig) -> Scores:
         "decode": cfg.decode.describe(),
         **scores.to_dict(),
     }
+    if len(ckpts) > 1:
+        record["ensemble"] = {
+            "checkpoints": [str(c.path) for c in ckpts],
+            "steps": [c.payload["step"] for c in ckpts],
+            "weights": cfg.ckpt_weights,
+            "combine": cfg.ensemble_combine.value,
+        }
     if comparison is not None:
         record["significance"] = comparison.to_dict()
     (out / f"{name}.scores.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
 
     step = ckpt.payload["step"]
-    print(f"{name}: {len(sources)} sentences, checkpoint {ckpt.path} (step {step})")
+    if len(ckpts) == 1:
+        print(f"{name}: {len(sources)} sentences, checkpoint {ckpt.path} (step {step})")
+    else:
+        members = ", ".join(f"{c.path} (step {c.payload['step']})" for c in ckpts)
+        mean = {"prob": "probabilities", "logprob": "log-probabilities"}[cfg.ensemble_combine.value]
+        print(f"{name}: {len(sources)} sentences, an ensemble (mean of {mean}) of {members}")
     print(f"decoding: {cfg.decode.describe()}")
     print("\n".join(scores.lines))
     if comparison is not None:
-        print("paired bootstrap resampling against this checkpoint's hypotheses (sacreBLEU):")
+        print("paired bootstrap resampling against this model's hypotheses (sacreBLEU):")
         print("\n".join(comparison.lines))
     print(f"hypotheses: {out / f'{name}.hyp'}", file=sys.stderr)
     return scores

@@ -112,7 +112,14 @@ def score_main(cfg: ScoreRunConfig) -> None:
             )
     elif cfg.tsv is not None:
         _check_tsv(cfg.tsv)
-    translator = Translator.from_checkpoint(cfg.ckpt, cfg.decode, cfg.device)
+    translator = Translator.from_checkpoints(
+        cfg.ckpts,
+        cfg.decode,
+        cfg.device,
+        cfg.ckpt_weights,
+        cfg.ensemble_combine.value,
+        cfg.attention_member,
+    )
     first = 1
     with ExitStack() as stack:
         for chunk in _chunks(_pairs(cfg, stack)):
