@@ -385,6 +385,11 @@ class DecodeConfig:
     # interactive translation, "what if" re-decoding. Per-text prefixes (the Translator's
     # `prefixes`, nmt-translate's TSV input, the HTTP API's "prefix") take its place
     prefix: str = ""
+    # phrases (target text) no translation may contain, in every strategy: the search blocks a
+    # phrase's last piece where a hypothesis ends with its other pieces (nmt.search.constraints;
+    # which piece sequences that covers: nmt.translate.banned_ids). One list for all texts; the
+    # Translator's per-call `banned` adds to it
+    banned: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.beam_size < 1 or self.n_best < 1 or self.batch_size < 1:
@@ -406,6 +411,9 @@ class DecodeConfig:
                 f"decode.shortlist must be in 0..{SHORTLIST_MAX} (0 = off) and decode."
                 f"shortlist_frequent >= 0, got {self.shortlist} and {self.shortlist_frequent}"
             )
+        for i, phrase in enumerate(self.banned):
+            if not isinstance(phrase, str) or not phrase.strip():
+                raise NMTError(f"decode.banned[{i}] must be a non-blank phrase, got {phrase!r}")
 
     def describe(self) -> str:
         """A short human-readable summary, printed next to scores."""
@@ -430,6 +438,8 @@ class DecodeConfig:
             text += f", {self.precision.value}"
         if self.prefix:
             text += f", prefix {self.prefix!r}"
+        if self.banned:
+            text += f", banned {', '.join(map(repr, self.banned))}"
         return text
 
     def max_len(self, src_len: int) -> int:

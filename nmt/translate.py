@@ -4,6 +4,7 @@
     translator.translate(["Ein Hund läuft."])                                  # best translations
     translator.translate_full(texts, decode=DecodeConfig(strategy=Strategy.beam, n_best=3))
     translator.translate(["Ein Hund läuft."], prefixes=["A dog"])              # "what if"
+    translator.translate(["Ein Hund läuft."], banned=["runs", "a dog"])        # never these
     translator.score(["Ein Hund läuft."], ["A dog runs."])                     # log-probabilities
 
 Decode settings are an argument of each call (the default is what the checkpoint validated with,
@@ -17,6 +18,10 @@ translation: the model scores it and goes on from there (`nmt.search`). A prefix
 cannot write (a character it lacks) or one longer than the length limit lets a translation be is
 an NMTError naming its line. A prefix is cut where its pieces end: "I see eigh" forces the pieces
 of "eigh", so the translation continues after them rather than within a longer word.
+
+Banned phrases (`decode.banned`, and a call's `banned`, which add to it) never appear in a
+translation: `banned_ids` says which piece sequences are blocked, and `nmt.search.constraints`
+how. A blank phrase is an NMTError naming it.
 """
 
 from __future__ import annotations
@@ -46,6 +51,9 @@ from nmt.search import search_all
 from nmt.tokenizer import EOS, UNK, Vocab, Vocabs
 
 log = logging.getLogger(__name__)
+
+# the most piece sequences one banned phrase is blocked as (see `banned_ids`)
+MAX_BANNED_FORMS = 256
 
 
 @dataclass
@@ -149,6 +157,17 @@ class Translator:
         sources = read_sources(self.vocabs.src, texts, decode.max_src_pieces, warn=False)
         prefix_ids(self.vocabs.tgt, prefixes, sources, decode, 1, "text")
 
+    def banned_ids(
+        self, banned: list[str] | None = None, decode: DecodeConfig | None = None
+    ) -> list[list[int]]:
+        """The piece sequences `decode.banned` and `banned` block (`banned_ids`); an NMTError for
+        a phrase that cannot be banned, without translating: a server checks a request with it
+        before the request joins a batch."""
+        decode = decode or self.decode
+        if isinstance(banned, str):  # a string would ban each of its characters
+            raise NMTError(f"banned must be a list of phrases, got the string {banned!r}")
+        return banned_ids(self.vocabs.tgt, [*decode.banned, *(banned or [])])
+
     def translate(
         self,
         texts: list[str],
@@ -156,14 +175,13 @@ class Translator:
         decode: DecodeConfig | None = None,
         first_line: int = 1,
         prefixes: list[str] | None = None,
+        banned: list[str] | None = None,
     ) -> list[str]:
         """The best translation of each text."""
-        return [
-            t.text
-            for t in self.translate_full(
-                texts, False, decode=decode, first_line=first_line, prefixes=prefixes
-            )
-        ]
+        full = self.translate_full(
+            texts, False, decode=decode, first_line=first_line, prefixes=prefixes, banned=banned
+        )
+        return [t.text for t in full]
 
     def translate_full(
         self,
@@ -174,21 +192,24 @@ class Translator:
         first_line: int = 1,
         prefixes: list[str] | None = None,
         tree: bool = False,
+        banned: list[str] | None = None,
     ) -> list[Translation]:
         """The best translation of each text with its n-best list and (when `attention`) its
         attention maps. A text longer than `decode.max_src_pieces` is translated from its first
         pieces, with a warning logged that names its line (`first_line` numbers the first).
         `prefixes` (one per text, "" for none) replace `decode.prefix`; `tree` returns each
-        search tree (`nmt.beam_tree`)."""
+        search tree (`nmt.beam_tree`); `banned` phrases, with `decode.banned`, appear in no
+        translation (`banned_ids`; a forced prefix is forced even if it holds one)."""
         decode = decode or self.decode
         if decode is not self.decode:
             self.check(decode)
         sources = read_sources(self.vocabs.src, texts, decode.max_src_pieces, first_line)
         wanted = [decode.prefix] * len(texts) if prefixes is None else prefixes
         forced_ids = prefix_ids(self.vocabs.tgt, wanted, sources, decode, first_line)
+        blocked = self.banned_ids(banned, decode)
         searched = search_all(
             self.model, sources.ids, decode, self.device, attention, self.lexicon,
-            forced_ids if any(forced_ids) else None, tree,
+            forced_ids if any(forced_ids) else None, tree, blocked or None,
         )  # fmt: skip
         nbests = [d.nbest for d in searched]
         flat = [h.tokens for hyps in nbests for h in hyps]
@@ -263,6 +284,64 @@ class Translator:
             )
             for source, text, ids, values in zip(sources, texts, tgt_ids, logprobs)
         ]
+
+
+def banned_ids(vocab: Vocab, phrases: list[str]) -> list[list[int]]:
+    """The target piece sequences that banning `phrases` blocks, each a list of ids.
+
+    A phrase (whitespace collapsed, as every text) is blocked wherever it starts a word: at the
+    start of the translation or after a space, where sentencepiece writes it with its leading
+    "▁" ("sleeps" -> "▁sleeps"; "a dog" -> "▁a▁dog"). Every way to write that string with
+    pieces of the vocabulary is blocked, not only the one sentencepiece would choose (a model may
+    produce "▁s" "leeps" as well as "▁sleeps"), up to MAX_BANNED_FORMS sequences per phrase (the
+    ones with the fewest pieces, with a warning). So the phrase is blocked also where it starts
+    a longer word whose pieces end where it ends ("sleeps" in "▁sleeps" "y").
+    Not blocked: the phrase inside a word or after anything but a space (a quote mark, a
+    hyphen), its other casings ("Sleeps"), and pieces that cross its last character ("▁sleep"
+    "sy"). A phrase the vocabulary cannot write (a character it lacks) cannot appear, and is
+    skipped with a warning; a blank phrase is an NMTError naming it."""
+    out: list[list[int]] = []
+    for phrase in phrases:
+        text = clean(phrase)
+        pieces = vocab.sp.Encode(text, out_type=str) if text else []
+        if not pieces:
+            raise NMTError(f"the banned phrase {phrase!r} has no pieces: nothing to ban")
+        written = "".join(pieces)  # normalized, with "▁" where a word starts
+        if not written.startswith("▁"):  # no dummy prefix in this tokenizer: the word form
+            written = "▁" + written
+        forms = _segmentations(vocab, written)
+        if not forms:
+            log.warning("the banned phrase %r cannot be written by the model: skipped", phrase)
+        out.extend(forms)
+    return out
+
+
+def _segmentations(vocab: Vocab, written: str) -> list[list[int]]:
+    """Every sequence of the vocabulary's pieces (specials excluded) that spells `written`, the
+    fewest pieces first, at most MAX_BANNED_FORMS of them."""
+    size = len(written)
+    # ends[i]: the (end, id) of every piece that starts at character i
+    ends: list[list[tuple[int, int]]] = [[] for _ in range(size)]
+    for i in range(size):
+        for j in range(i + 1, size + 1):
+            piece = vocab.piece_to_id(written[i:j])
+            if piece > EOS:  # not PAD, UNK (a piece the vocabulary lacks), BOS or EOS
+                ends[i].append((j, piece))
+    # complete[i]: the ways to spell written[i:], built from the end, capped as they grow
+    complete: list[list[list[int]]] = [[] for _ in range(size)] + [[[]]]
+    truncated = False
+    for i in range(size - 1, -1, -1):
+        ways = [[piece, *rest] for j, piece in ends[i] for rest in complete[j]]
+        ways.sort(key=len)
+        truncated |= len(ways) > MAX_BANNED_FORMS
+        complete[i] = ways[:MAX_BANNED_FORMS]
+    if truncated:
+        log.warning(
+            "the banned phrase %r has more than %d spellings in pieces: only the %d with the "
+            "fewest pieces are blocked", written.replace("▁", " ").strip(), MAX_BANNED_FORMS,
+            MAX_BANNED_FORMS,
+        )  # fmt: skip
+    return complete[0]
 
 
 def _with_pieces(tree: BeamTree, vocab: Vocab) -> BeamTree:

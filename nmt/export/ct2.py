@@ -235,6 +235,12 @@ def decode_options(
     and sampling (CTranslate2 has neither our formula nor our random stream)."""
     if cfg.strategy == Strategy.sample:
         raise NMTError("decode=sample has no exact CTranslate2 equivalent (a different RNG)")
+    if cfg.banned:
+        # CTranslate2's suppress_sequences is close, but not mapped or tested against ours
+        raise NMTError(
+            f"decode.banned={cfg.banned} is not supported by the CTranslate2 export: translate "
+            "with the checkpoint (nmt.translate.Translator), or set decode.banned=[]"
+        )
     beam = cfg.strategy == Strategy.beam
     if cfg.length_penalty == LengthPenalty.gnmt and beam:
         raise NMTError(

@@ -162,6 +162,12 @@ def check_greedy(decode: DecodeConfig) -> DecodeConfig:
     """`decode`, if the exported graphs' greedy loop can honour it; else an NMTError naming the
     setting. The loop has no beam, sampling, n-best, n-gram blocking, shortlist or bf16: such a
     setting is refused rather than silently decoded greedily in fp32."""
+    if decode.banned:
+        raise NMTError(
+            f"decode.banned={decode.banned} is not supported by the exported graphs (their loop "
+            "blocks no phrases): translate with the checkpoint (nmt.translate.Translator), or "
+            "set decode.banned=[]"
+        )
     unsupported = [
         (decode.strategy != Strategy.greedy, f"decode={decode.strategy.value}"),
         (decode.n_best != 1, f"decode.n_best={decode.n_best}"),

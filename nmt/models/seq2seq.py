@@ -8,7 +8,7 @@ write its caches in place: the state passed to `step` is not to be used again, o
 returns. Attention comes as maps (B, L, h, S) per step: L attention layers (1 for the recurrent
 family), h heads (1 unless multi-head), so a Bahdanau scorer and a Transformer head can be shown
 the same way; teacher forcing may return None where computing them would cost speed. Search code
-(nmt/search.py) only talks to `Seq2Seq`, so it never asks which family it runs.
+(nmt/search/) only talks to `Seq2Seq`, so it never asks which family it runs.
 """
 
 from __future__ import annotations

@@ -1,0 +1,58 @@
+"""Decoding strategies over the `Seq2Seq` step interface; they never ask which family they run.
+
+`greedy`, `sample` and `beam_search` decode one padded batch and return an n-best list per
+sentence; `decode_all` runs the configured strategy over any number of sentences in length-sorted
+batches (`nmt.inputs.length_batches`, as every translator batches) and returns the lists in the
+input order.
+
+One module per concept, read top-down:
+  step.py         the results, the length limits, the shortlist, one constrained step
+  constraints.py  hard constraints: min length, n-gram blocking, forced tokens, banned phrases
+  single_path.py  greedy and sampling (one path per row)
+  beam.py         beam search
+  driver.py       `decode_all` / `search_all`: length-sorted batches, results in input order
+
+All three work on rows: one row per live hypothesis, a decoder state with one row each. A finished
+sentence leaves the batch at once (its rows are dropped from the state with `reorder`), so a batch
+costs what its live sentences cost, and no loop over the sentences of a batch runs per step.
+Shapes: B sentences, K beam size, R live rows, V vocabulary, S source length, M attention maps
+(L layers, h heads) of one step: (R, L, h, S).
+
+With `decode.shortlist` (and a `Lexicon`), a batch scores only the C target ids of its
+`Shortlist`, and each sentence only those it allows (the others get -inf, so its output does not
+depend on the batch it is in). Tokens are then column numbers of the shortlist, mapped back to
+vocabulary ids when a hypothesis is stored; the shortlist's ids start with the specials, so EOS
+is EOS in both.
+
+A forced prefix (`prefix`, (B, P) target ids, -1 past each sentence's own prefix) makes row r
+take prefix[r, t] at step t: every other token gets -inf, the forced one keeps the
+log-probability the model gives it (before the hard constraints, which a prefix overrides), so
+the hypothesis is scored as if the model had chosen it, and the search goes on from there. A beam
+then carries one live row per sentence until the prefix ends (the others score -inf). A
+`TreeRecorder` records every hypothesis kept (`nmt.beam_tree`); without one nothing is recorded.
+
+Banned phrases (`banned`, target id sequences; `Banned`) are never produced: each step blocks
+the last piece of every phrase whose other pieces end a row's history. A forced prefix overrides
+them as it overrides the other constraints.
+"""
+
+from nmt.search.beam import beam_search
+from nmt.search.constraints import NEG_INF, Banned, constrain, force
+from nmt.search.driver import decode_all, search_all
+from nmt.search.single_path import greedy, sample
+from nmt.search.step import Decoded, Hypothesis, _limits
+
+__all__ = [
+    "NEG_INF",
+    "Banned",
+    "Decoded",
+    "Hypothesis",
+    "_limits",
+    "beam_search",
+    "constrain",
+    "decode_all",
+    "force",
+    "greedy",
+    "sample",
+    "search_all",
+]
