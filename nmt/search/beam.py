@@ -11,12 +11,12 @@ import math
 import torch
 from torch import Tensor
 
-from nmt import search
 from nmt.beam_tree import TreeRecorder
 from nmt.config import DecodeConfig
 from nmt.errors import NMTError
 from nmt.lexicon import Lexicon, Shortlist
 from nmt.models.seq2seq import Seq2Seq
+from nmt.search import step
 from nmt.search.constraints import NEG_INF, Banned
 from nmt.search.step import Hypothesis, _hypothesis, _next_log_probs, _shortlist
 from nmt.tokenizer import BOS, EOS
@@ -43,8 +43,8 @@ def beam_search(
     phrases are blocked in every row (`Banned`); they read the history, which follows the beam.
     """
     batch, device, k = src.size(0), src.device, cfg.beam_size
-    # looked up through the package: one name to replace for every strategy (tests/test_device)
-    max_len, min_len = search._limits(cfg, src, src_lens)
+    # looked up in its module at call time: one name to replace for every strategy (test_device)
+    max_len, min_len = step._limits(cfg, src, src_lens)
     shortlist, prefix, banned = _shortlist(model, cfg, lexicon, src, prefix, banned)
     forced_steps = 0 if prefix is None else prefix.size(1)
     prefix_len = None if prefix is None else (prefix >= 0).sum(1)  # (B,)

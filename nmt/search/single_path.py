@@ -9,11 +9,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from nmt import search
 from nmt.beam_tree import TreeRecorder
 from nmt.config import DecodeConfig
 from nmt.lexicon import Lexicon
 from nmt.models.seq2seq import Seq2Seq
+from nmt.search import step
 from nmt.search.constraints import NEG_INF, Banned
 from nmt.search.step import Hypothesis, _hypothesis, _next_log_probs, _shortlist
 from nmt.tokenizer import BOS, EOS
@@ -51,8 +51,8 @@ def _single_path(
 ) -> list[Hypothesis]:
     """Greedy (generator None) or sampling: one hypothesis per row of src (B, S)."""
     batch, device = src.size(0), src.device
-    # looked up through the package: one name to replace for every strategy (tests/test_device)
-    max_len, min_len = search._limits(cfg, src, src_lens)
+    # looked up in its module at call time: one name to replace for every strategy (test_device)
+    max_len, min_len = step._limits(cfg, src, src_lens)
     shortlist, prefix, banned = _shortlist(model, cfg, lexicon, src, prefix, banned)
     steps = int(max_len.max())
     tokens = torch.zeros((batch, steps), dtype=torch.long, device=device)
