@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import SMALL, SMALL_MODELS
 
 from nmt.data import read_lines
@@ -40,6 +41,7 @@ def chain(data: Path, runs: Path) -> tuple[dict, str]:
     return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
 
 
+@pytest.mark.slow  # six trainings and two distillations in subprocesses (minutes on 2 cores)
 def test_the_chain_runs_every_step_then_skips_or_resumes(demo_dir, tmp_path):
     data, runs = multi30k_like(demo_dir, tmp_path / "multi30k"), tmp_path / "runs"
     report, _ = chain(data, runs)

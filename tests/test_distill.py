@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from nmt.cli import main as cli
 from nmt.config import DecodeConfig, LengthPenalty, Strategy
 from nmt.data import read_lines
@@ -69,6 +71,7 @@ def test_with_references_the_student_gets_both_targets(train_small, demo_dir, tm
     assert refused.returncode != 0 and "must not be --data" in refused.stderr
 
 
+@pytest.mark.slow  # translates the demo training set three times (about 30 s alone on 2 cores)
 def test_several_teachers_each_get_a_copy_of_the_sources(train_small, demo_dir, tmp_path):
     # a recurrent and a Transformer teacher, each with its own tokenizer and length penalty
     gru, transformer = train_small("gru"), train_small("transformer")
