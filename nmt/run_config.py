@@ -244,9 +244,12 @@ class ServeRunConfig:
     max_beam: int = 16  # largest beam_size and n_best a request may ask for (HTTP 422 above)
     # most work in one request, in hypothesis steps: for each text, the hypotheses searched at
     # each step (beam_size; n_best draws for sample; 1 for greedy) times its length limit
-    # (decode.max_len_a * source pieces + decode.max_len_b, at most max_len_cap); HTTP 413 above
+    # (decode.max_len_a * source pieces + decode.max_len_b, at most max_len_cap), twice with the
+    # search tree or the attention maps; HTTP 413 above
     max_request_cost: int = 100_000
-    batch_wait_ms: float = 5.0  # collect concurrent requests this long into one decode; 0 = off
+    # a batch is decoded once no request has joined it for this long (at most 10x this long
+    # after the worker became free), or when it is full; 0 = no batching
+    batch_wait_ms: float = 5.0
     max_batch: int = 64  # most sentences in one batched decode
     # most work in one decode, as max_request_cost counts it: a costlier request is decoded in
     # pieces, and the other requests' batches take turns with them
@@ -259,9 +262,9 @@ class ServeRunConfig:
         if not 0 <= self.port <= 65535:
             raise NMTError(f"port={self.port} must be in 0..65535")
         sizes = ("max_chars", "max_texts", "max_beam", "max_request_cost", "max_batch")
-        sizes += ("batch_cost",)
-        if min(getattr(self, k) for k in sizes) < 1:
-            raise NMTError(f"{', '.join(sizes)} must be >= 1")
+        for key in (*sizes, "batch_cost"):
+            if getattr(self, key) < 1:
+                raise NMTError(f"{key}={getattr(self, key)} must be >= 1")
         if self.batch_wait_ms < 0:
             raise NMTError(f"batch_wait_ms={self.batch_wait_ms} must be >= 0")
         if self.max_queue < self.max_texts:

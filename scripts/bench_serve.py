@@ -2,15 +2,27 @@
 
     python scripts/bench_serve.py runs/demo/checkpoints/best --src data/demo/test.de \\
         --clients 20 --seconds 30
+    python scripts/bench_serve.py runs/demo/checkpoints/best --modes heavy
 
 For each mode it starts `nmt-serve port=0` on the checkpoint (`batched`: batch_wait_ms as given,
 5 ms by default; `unbatched`: batch_wait_ms=0), warms it up, then runs `--clients` clients that each
-send one sentence at a time (POST /translate {"text": ...}, the next line of --src) for `--seconds`,
-and reports requests/s, latency percentiles, errors and the server's resident memory (VmRSS)
-before and after the load. The sentences are the non-blank lines of --src, each client starting at
-a different line. The server decodes with its defaults (configs/serve.yaml: beam 5) unless
---decode greedy. The clients share the machine with the server: on a small machine they take part
-of its CPU. Linux only (reads /proc/PID/status).
+send one request at a time (POST /translate {"texts": [...]}: the next `--texts` lines of --src, 1
+by default) for `--seconds`, and reports requests and sentences per second, latency percentiles,
+errors, the sentences per decode (the server's /info counts), the CPU seconds the clients
+themselves used, and the server's resident memory (VmRSS) before and after the load. The
+sentences are the non-blank lines of --src, each client starting at a different line. The server
+decodes with its defaults (configs/serve.yaml: beam 5) unless --decode greedy.
+
+`heavy` measures fairness: the latency of a one-sentence request alone, then while the heaviest
+request the server allows is decoded: `max_texts` texts of --src, beam and n-best `max_beam`, the
+search tree, `min_len_b` 1,000,000 (every hypothesis runs to the length limit) and the largest
+`max_len_b` that keeps the request within `max_request_cost` (computed with the checkpoint's
+tokenizer; a server without that limit gets the default max_len_b). Once the heavy request's
+first decode has started, one client sends the light request again and again until the heavy
+one is answered.
+
+The clients share the machine with the server: on a small machine they take part of its CPU.
+Linux only (reads /proc/PID/status).
 """
 
 from __future__ import annotations
@@ -20,13 +32,21 @@ import asyncio
 import json
 import os
 import re
+import resource
 import select
+import statistics
 import subprocess
 import sys
 import time
+import urllib.parse
 from pathlib import Path
 
 import httpx
+
+from nmt.checkpoint import load_checkpoint
+from nmt.config import DecodeConfig, Strategy
+from nmt.inputs import read_sources
+from nmt.serving.protocol import text_cost
 
 SERVE = "from nmt.cli.main import main_serve; main_serve()"
 
@@ -83,37 +103,81 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
 
 
-async def load(url: str, sentences: list[str], clients: int, seconds: float, decode: dict) -> dict:
-    """`clients` concurrent clients, one request at a time each, for `seconds`."""
+class Connection:
+    """One keep-alive HTTP/1.1 connection that POSTs JSON: a few lines over asyncio streams.
+    The load's clients use it rather than httpx, which spends several milliseconds of CPU per
+    request: on a 2-core machine 64 httpx clients took most of a core, and the server, sent
+    fewer requests than it could take, decoded small batches (docs/serve.md)."""
+
+    def __init__(self, url: str) -> None:
+        where = urllib.parse.urlsplit(url)
+        self.host, self.port = where.hostname, where.port
+        self.streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+
+    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        """The status and body of the answer; an OSError or IncompleteReadError if the
+        connection fails (the next post opens a new one)."""
+        if self.streams is None:
+            self.streams = await asyncio.open_connection(self.host, self.port)
+        reader, writer = self.streams
+        try:
+            writer.write(
+                f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json"
+                f"\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+            head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+            fields = dict(line.lower().split(":", 1) for line in head[1:] if ":" in line)
+            answer = await reader.readexactly(int(fields.get("content-length", "0")))
+            return int(head[0].split()[1]), answer
+        except (OSError, asyncio.IncompleteReadError):
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self.streams is not None:
+            self.streams[1].close()
+            self.streams = None
+
+
+async def load(
+    url: str, sentences: list[str], clients: int, seconds: float, decode: dict, texts: int = 1
+) -> dict:
+    """`clients` concurrent clients, one request at a time each (of `texts` sentences), for
+    `seconds`."""
     latencies: list[float] = []
     errors: dict[str, int] = {}
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as http:
 
-        async def client(k: int, deadline: float) -> None:
-            i = k * len(sentences) // clients
-            while time.perf_counter() < deadline:
-                body = {"text": sentences[i % len(sentences)], **decode}
-                i += 1
-                began = time.perf_counter()
-                try:
-                    answer = await http.post("/translate", json=body)
-                    ok = answer.status_code == 200
-                    kind = str(answer.status_code)
-                except httpx.HTTPError as err:
-                    ok, kind = False, type(err).__name__
-                if ok:
-                    latencies.append(time.perf_counter() - began)
-                else:
-                    errors[kind] = errors.get(kind, 0) + 1
+    async def client(k: int, deadline: float) -> None:
+        connection = Connection(url)
+        i = k * len(sentences) // clients
+        while time.perf_counter() < deadline:
+            chosen = [sentences[(i + j) % len(sentences)] for j in range(texts)]
+            body = json.dumps({"texts": chosen, **decode}).encode()
+            i += texts
+            began = time.perf_counter()
+            try:
+                status, _ = await asyncio.wait_for(connection.post("/translate", body), 60)
+                ok, kind = status == 200, str(status)
+            except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError) as err:
+                connection.close()
+                ok, kind = False, type(err).__name__
+            if ok:
+                latencies.append(time.perf_counter() - began)
+            else:
+                errors[kind] = errors.get(kind, 0) + 1
+        connection.close()
 
-        began = time.perf_counter()
-        deadline = began + seconds
-        await asyncio.gather(*(client(k, deadline) for k in range(clients)))
-        elapsed = time.perf_counter() - began
+    began = time.perf_counter()
+    cpu = _cpu_s()
+    deadline = began + seconds
+    await asyncio.gather(*(client(k, deadline) for k in range(clients)))
+    elapsed = time.perf_counter() - began
+    cpu = _cpu_s() - cpu
     latencies.sort()
     return {
         "requests": len(latencies),
+        "client_cpu_s": round(cpu, 1),
         "errors": errors,
         "seconds": round(elapsed, 2),
         "requests_per_s": round(len(latencies) / elapsed, 1),
@@ -126,6 +190,11 @@ async def load(url: str, sentences: list[str], clients: int, seconds: float, dec
     }
 
 
+def _cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run_mode(args: argparse.Namespace, sentences: list[str], wait_ms: float) -> dict:
     overrides = [f"batch_wait_ms={wait_ms}", f"device={args.device}"]
     decode = {"decode": {"strategy": "greedy"}} if args.decode == "greedy" else {}
@@ -135,11 +204,14 @@ def run_mode(args: argparse.Namespace, sentences: list[str], wait_ms: float) -> 
         asyncio.run(load(server.url, sentences, min(4, args.clients), args.warmup, decode))
         rss_warm = server.rss_mb()
         before = httpx.get(server.url + "info", timeout=30).json()["batching"]
-        result = asyncio.run(load(server.url, sentences, args.clients, args.seconds, decode))
+        result = asyncio.run(
+            load(server.url, sentences, args.clients, args.seconds, decode, args.texts)
+        )
         after = httpx.get(server.url + "info", timeout=30).json()["batching"]
         decodes = after["decodes"] - before["decodes"]
         result["decodes"] = decodes
         result["sentences_per_decode"] = round((after["items"] - before["items"]) / decodes, 2)
+        result["sentences_per_s"] = round((after["items"] - before["items"]) / result["seconds"], 1)
         used = info["decode"] if not decode else {**info["decode"], **decode["decode"]}
         return {
             "batch_wait_ms": wait_ms,
@@ -153,15 +225,108 @@ def run_mode(args: argparse.Namespace, sentences: list[str], wait_ms: float) -> 
         }
 
 
+def heavy_request(ckpt: str, info: dict, sentences: list[str]) -> tuple[dict, int]:
+    """The heaviest request the server allows (see the module's notes) and its cost."""
+    limits = info["limits"]
+    beam = limits["max_beam"]
+    texts = [sentences[i % len(sentences)] for i in range(limits["max_texts"])]
+    changes = {"strategy": "beam", "beam_size": beam, "n_best": beam, "min_len_b": 1_000_000}
+    defaults = DecodeConfig(**{k: info["decode"][k] for k in ("max_len_a", "max_len_b")})
+    cap = info["decode"]["max_len_cap"]
+    vocabs = load_checkpoint(ckpt).vocabs
+    pieces = read_sources(vocabs.src, texts, info["decode"]["max_src_pieces"], warn=False)
+    lengths = [len(ids) for ids in pieces.ids]
+
+    def cost(max_len_b: int) -> int:
+        decode = DecodeConfig(
+            strategy=Strategy.beam,
+            beam_size=beam,
+            max_len_a=defaults.max_len_a,
+            max_len_b=max_len_b,
+            max_len_cap=cap,
+        )
+        return sum(text_cost(decode, n, True) for n in lengths)
+
+    bound = limits.get("max_request_cost")
+    max_len_b = defaults.max_len_b
+    if bound is not None:  # the largest max_len_b within the bound (cost grows with it)
+        low, high = -1_000_000, 1_000_000
+        while low < high:
+            middle = (low + high + 1) // 2
+            low, high = (middle, high) if cost(middle) <= bound else (low, middle - 1)
+        max_len_b = low
+        changes["max_len_b"] = max_len_b
+    body = {"texts": texts, "decode": changes, "beam_tree": True}
+    return body, cost(max_len_b)
+
+
+async def heavy_and_light(url: str, heavy: dict, light: dict, alone: int) -> dict:
+    """Light requests one after another, alone, then from the moment the heavy request's first
+    decode starts until its answer is in (every light request sent meanwhile counts, also one
+    answered after the heavy request)."""
+    async with httpx.AsyncClient(base_url=url, timeout=600) as http:
+
+        async def timed(body: dict) -> tuple[float, int]:
+            began = time.perf_counter()
+            answer = await http.post("/translate", json=body)
+            if answer.status_code != 200:
+                raise SystemExit(f"{answer.status_code}: {answer.text[:300]}")
+            return time.perf_counter() - began, len(answer.content)
+
+        async def decodes() -> int:
+            return (await http.get("/info")).json()["batching"]["decodes"]
+
+        solo = [(await timed(light))[0] for _ in range(alone)]
+        before = await decodes()
+        began = time.perf_counter()
+        heavy_task = asyncio.ensure_future(timed(heavy))
+        while await decodes() == before and not heavy_task.done():
+            await asyncio.sleep(0.005)  # the heavy request is read and checked, not decoded yet
+        during = []
+        while not heavy_task.done():
+            during.append((await timed(light))[0])
+            await asyncio.sleep(0.05)
+        heavy_s, heavy_bytes = await heavy_task
+        ended = time.perf_counter() - began
+    ms = [round(1000 * s, 1) for s in sorted(during)]
+    return {
+        "light_alone_ms_median": round(1000 * statistics.median(solo), 1),
+        "heavy_s": round(heavy_s, 2),
+        "heavy_response_mb": round(heavy_bytes / 2**20, 1),
+        "light_during_heavy": len(ms),
+        "light_during_heavy_ms_median": statistics.median(ms) if ms else None,
+        "light_during_heavy_ms_max": ms[-1] if ms else None,
+        "heavy_wall_s": round(ended, 2),
+    }
+
+
+def run_heavy(args: argparse.Namespace, sentences: list[str]) -> dict:
+    overrides = [f"batch_wait_ms={args.batch_wait_ms}", f"device={args.device}"]
+    with Server(args.ckpt, overrides) as server:
+        info = httpx.get(server.url + "info", timeout=30).json()
+        heavy, cost = heavy_request(args.ckpt, info, sentences)
+        light = {"text": sentences[0]}
+        result = asyncio.run(heavy_and_light(server.url, heavy, light, 5))
+        batching = httpx.get(server.url + "info", timeout=30).json()["batching"]
+        return {
+            "heavy": {"texts": len(heavy["texts"]), "decode": heavy["decode"], "beam_tree": True},
+            "heavy_cost": cost,
+            "limits": info["limits"],
+            **result,
+            "batching": batching,
+        }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("ckpt")
     parser.add_argument("--src", default="data/demo/test.de", help="one sentence per line")
     parser.add_argument("--clients", type=int, default=20)
+    parser.add_argument("--texts", type=int, default=1, help="sentences per request")
     parser.add_argument("--seconds", type=float, default=30.0, help="load per mode")
     parser.add_argument("--warmup", type=float, default=3.0, help="seconds of warm-up per mode")
     parser.add_argument("--batch-wait-ms", type=float, default=5.0, help="the batched mode's")
-    parser.add_argument("--modes", default="batched,unbatched")
+    parser.add_argument("--modes", default="batched,unbatched", help="and/or heavy")
     parser.add_argument("--decode", choices=["server", "greedy"], default="server")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
@@ -170,13 +335,17 @@ def main() -> None:
     waits = {"batched": args.batch_wait_ms, "unbatched": 0.0}
     modes = {}
     for mode in args.modes.split(","):
-        modes[mode] = run_mode(args, sentences, waits[mode])
+        if mode == "heavy":
+            modes[mode] = run_heavy(args, sentences)
+        else:
+            modes[mode] = run_mode(args, sentences, waits[mode])
     report = {
         "benchmark": "serve",
         "checkpoint": str(Path(args.ckpt).resolve()),
         "source": args.src,
         "sentences": len(sentences),
         "clients": args.clients,
+        "texts_per_request": args.texts,
         "device": args.device,
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
         "cpus": os.cpu_count(),

@@ -251,6 +251,43 @@ def test_a_bad_prefix_fails_its_own_request_not_the_batch_it_would_join(ckpt):
     assert bad.status_code == 422 and "lacks" in bad.json()["error"]
 
 
+def test_a_request_without_a_prefix_gets_the_decode_settings_prefix(ckpt, translator):
+    """As Translator.translate_full: decode.prefix (the server's, or the request's "decode")
+    unless the request gives "prefix" or "prefixes"."""
+    decode = dataclasses.replace(BEAM, prefix="I see")
+    with TestClient(load_app(dataclasses.replace(serve_config(ckpt), decode=decode))) as c:
+        server = post(c, {"texts": SENTENCES[:2]})["translations"]
+        own = post(c, {"text": SENTENCES[1], "decode": {"prefix": "I"}})
+        given = post(c, {"text": SENTENCES[1], "prefix": ""})["translations"][0]
+    want = translator.translate_full(SENTENCES[:2], False, decode=decode)
+    assert [t["text"] for t in server] == [w.text for w in want]
+    assert all(t["text"].startswith("I see") and t["prefix"]["pieces"] > 0 for t in server)
+    [mine] = translator.translate_full(SENTENCES[1:2], False, prefixes=["I"])
+    assert own["translations"][0]["text"] == mine.text and own["decode"]["prefix"] == "I"
+    assert "prefix" not in given and given["text"] == translator.translate(SENTENCES[1:2])[0]
+
+
+def test_a_request_costlier_than_max_request_cost_is_413_naming_both(ckpt, translator):
+    """Cost = for each text, the beam times its length limit (twice with the tree or the
+    attention maps); min_len_b adds nothing: the search never runs past the length limit."""
+    texts = SENTENCES[:3]
+    decode = dataclasses.replace(BEAM, beam_size=8)
+    pieces = [len(translator.vocabs.src.encode([t])[0]) + 1 for t in texts]  # EOS included
+    cost = sum(8 * int(1.5 * n + 10) for n in pieces)  # decode=beam's max_len_a and max_len_b
+    assert cost == sum(8 * decode.max_len(n) for n in pieces)
+    body = {"texts": texts, "decode": {"beam_size": 8}}
+    forced = {"texts": texts, "decode": {"beam_size": 8, "min_len_b": 1_000_000}}
+    with TestClient(load_app(serve_config(ckpt, max_request_cost=cost))) as c:
+        assert c.post("/translate", json=body).status_code == 200
+        assert c.post("/translate", json=forced).status_code == 200
+        tree = c.post("/translate", json={**body, "beam_tree": True})
+    with TestClient(load_app(serve_config(ckpt, max_request_cost=cost - 1))) as c:
+        over = c.post("/translate", json=body)
+    assert over.status_code == 413
+    assert f"costs {cost}, more than max_request_cost={cost - 1}" in over.json()["error"]
+    assert tree.status_code == 413 and f"costs {2 * cost}," in tree.json()["error"]
+
+
 def test_health_and_info(client, ckpt):
     assert client.get("/health").json() == {"status": "ok"}
     info = client.get("/info").json()
@@ -268,7 +305,8 @@ def test_health_and_info(client, ckpt):
     assert info["validation"]["bleu"] == pytest.approx(valid["bleu"])
     assert info["validation"]["decode"] == "greedy"
     assert info["limits"]["max_beam"] == 8
-    assert set(info["batching"]) == {"decodes", "requests", "items"}
+    assert set(info["batching"]) == {"decodes", "requests", "items", "split", "refused", "queued"}
+    assert info["limits"]["max_request_cost"] == 100_000 and info["limits"]["max_queue"] == 512
 
 
 def test_the_page_and_its_files_are_served(client):
@@ -330,6 +368,8 @@ BAD = [
     ("prefix-too-long", {"text": "Hallo", "prefix": "I see " * 20}, 422, "at most"),
     ("prefix-too-long-chars", {"text": "Hallo", "prefix": LONG}, 413, "at most 300"),
     ("beam-tree-not-a-bool", {"text": "a", "beam_tree": 1}, 422, '"beam_tree" must be true'),
+    ("decode-prefix-not-a-string", {"text": "a", "decode": {"prefix": 1}}, 422, "be a string"),
+    ("decode-prefix-too-long", {"text": "a", "decode": {"prefix": LONG}}, 413, "at most 300"),
 ]
 
 

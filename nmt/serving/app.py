@@ -8,14 +8,19 @@
 
 Every bad request is answered with a 4xx status and {"error": "..."}; see docs/serve.md for the
 request and response shapes and the table of errors, and `nmt/serving/protocol.py` for the code
-that reads and writes them. Requests are decoded in batches by
-`nmt.serving.batching.Batcher`, in one worker thread, so the event loop stays responsive.
+that reads and writes them. Requests are decoded in batches by `nmt.serving.batching.Batcher`, in
+one worker thread, so the event loop stays responsive: the worker also writes each translation's
+JSON, so a large answer (attention maps, search trees) does not hold the event loop either. A
+request's cost (texts x hypotheses x length limit) is bounded (413 above `max_request_cost`); a
+costly one is decoded in pieces of at most `batch_cost`, taking turns with the other requests;
+when `max_queue` sentences wait, a request is refused with 503 and a Retry-After header.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
 import socket
 import sys
@@ -33,9 +38,10 @@ from nmt.checkpoint import load_checkpoint
 from nmt.config import DecodeConfig, Strategy
 from nmt.errors import NMTError
 from nmt.run_config import ServeRunConfig, flatten
-from nmt.serving.batching import Batcher
+from nmt.serving.batching import Batcher, QueueFull
 from nmt.serving.protocol import (
     BadRequest,
+    check_job,
     describe_model,
     parse_request,
     read_body,
@@ -58,9 +64,11 @@ class Item:
     tree: bool = False
 
 
-def decode_batch(translator: Translator, key: object, items: list[Item]) -> list[dict]:
+def decode_batch(translator: Translator, key: object, items: list[Item]) -> list[bytes]:
     """The batcher's work, in its worker thread: the items of requests with the same decode
-    settings; one decode for all of them, with those settings."""
+    settings; one decode for all of them, with those settings. Each result is its translation's
+    JSON, written here rather than on the event loop (a tree or attention maps can make
+    megabytes, which would hold every other request while they are written)."""
     results = translator.translate_full(
         [item.text for item in items],
         any(item.attention for item in items),
@@ -68,51 +76,67 @@ def decode_batch(translator: Translator, key: object, items: list[Item]) -> list
         prefixes=[item.prefix for item in items],
         tree=any(item.tree for item in items),
     )
-    return [translation_json(t, item.attention, item.tree) for t, item in zip(results, items)]
+    return [
+        _json(translation_json(t, item.attention, item.tree)) for t, item in zip(results, items)
+    ]
 
 
-def batch_key(decode: DecodeConfig, job_id: int) -> tuple:
-    """Requests with equal keys are decoded together. Sampling draws depend on the batch, so a
-    sampling request is never mixed with others: then `seed` gives the same draws every time."""
-    settings = tuple(sorted(flatten(decode).items()))
-    return (settings, job_id if decode.strategy == Strategy.sample else None)
+def _json(content: object) -> bytes:
+    """As Starlette's JSONResponse writes JSON."""
+    text = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return text.encode("utf-8")
+
+
+def batch_key(settings: dict, job_id: int) -> tuple:
+    """Requests with equal keys are decoded together; `settings` are the decode settings as
+    `flatten` gives them. Sampling draws depend on the batch, so a sampling request is never
+    mixed with others: then `seed` gives the same draws every time. `prefix` is left out: each
+    item carries its own. A list setting is a tuple in the key (a key is hashed)."""
+    same = [(k, tuple(v) if isinstance(v, list) else v) for k, v in settings.items()]
+    sample = settings["strategy"] == Strategy.sample.value
+    return tuple(sorted(kv for kv in same if kv[0] != "prefix")), job_id if sample else None
 
 
 def create_app(translator: Translator, cfg: ServeRunConfig, info: dict) -> Starlette:
     """The ASGI app; `info` is what GET /info answers (see `describe_model`)."""
 
-    def run(key: object, items: list[tuple]) -> list[dict]:
+    def run(key: object, items: list[Item]) -> list[bytes]:
         return decode_batch(translator, key, items)
 
-    batcher = Batcher(run, cfg.batch_wait_ms, cfg.max_batch)
+    batcher = Batcher(run, cfg.batch_wait_ms, cfg.max_batch, cfg.batch_cost, cfg.max_queue)
     counter = iter(range(1, sys.maxsize))
     # a text of max_chars characters, each escaped as \\uXXXX in the worst case, and some room
     body_limit = 6 * cfg.max_chars + 65536
-    limits = {k: getattr(cfg, k) for k in ("max_chars", "max_texts", "max_beam", "max_batch")}
-    info = {**info, "limits": {**limits, "batch_wait_ms": cfg.batch_wait_ms}}
+    names = ("max_chars", "max_texts", "max_beam", "max_request_cost", "max_batch", "batch_cost")
+    limits = {k: getattr(cfg, k) for k in (*names, "max_queue", "batch_wait_ms")}
+    info = {**info, "limits": limits}
 
     async def translate(request: Request) -> Response:
         job = parse_request(await read_body(request, body_limit), cfg)
-        key = batch_key(job.decode, next(counter))
-        prefixes = job.prefixes or [""] * len(job.texts)
+        # a prefix the model cannot take, or a request over max_request_cost, fails here: a bad
+        # request never fails the batch it would have joined
+        costs = check_job(translator, job, cfg.max_request_cost)
+        items = [
+            Item(text, job.decode, job.attention, prefix, job.tree)
+            for text, prefix in zip(job.texts, job.prefixes)
+        ]
+        settings = flatten(job.decode)
         try:
-            # a prefix the model cannot take fails this request here, not the batch it would join
-            translator.check_prefixes(job.texts, prefixes, job.decode)
-            items = [
-                Item(text, job.decode, job.attention, prefix, job.tree)
-                for text, prefix in zip(job.texts, prefixes)
-            ]
-            results = await batcher.submit(key, items)
+            results = await batcher.submit(batch_key(settings, next(counter)), items, costs)
+        except QueueFull as full:
+            headers = {"Retry-After": str(full.retry_after)}
+            return JSONResponse({"error": str(full)}, status_code=503, headers=headers)
         except NMTError as err:
             raise BadRequest(422, str(err)) from None
-        return JSONResponse({"translations": results, "decode": flatten(job.decode)})
+        body = b'{"translations":[' + b",".join(results) + b'],"decode":'
+        return Response(body + _json(settings) + b"}", media_type="application/json")
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
     async def model_info(request: Request) -> Response:
-        counts = {k: getattr(batcher, k) for k in ("decodes", "requests", "items")}
-        return JSONResponse({**info, "batching": counts})
+        counts = ("decodes", "requests", "items", "split", "refused", "queued")
+        return JSONResponse({**info, "batching": {k: getattr(batcher, k) for k in counts}})
 
     async def page(request: Request) -> Response:
         return FileResponse(WEB / "index.html", headers=PAGE_HEADERS)

@@ -14,7 +14,7 @@ from torch import Tensor
 
 from nmt.config import DecodeConfig, LengthPenalty, RNNConfig, Strategy, TransformerConfig
 from nmt.errors import NMTError
-from nmt.inputs import clean
+from nmt.inputs import clean, prefix_ids, read_sources
 from nmt.run_config import ServeRunConfig, TrainRunConfig, flatten
 from nmt.translate import Translation, Translator
 
@@ -23,8 +23,10 @@ REQUEST_KEYS = ("attention", "beam_tree", "decode", "prefix", "prefixes", "text"
 DECODE_KEYS = (
     "strategy", "beam_size", "n_best", "length_penalty", "alpha", "min_len_a", "min_len_b",
     "max_len_a", "max_len_b", "no_repeat_ngram", "temperature", "top_k", "top_p", "seed",
+    "prefix",
 )  # fmt: skip
 DECODE_CHOICES = {"strategy": Strategy, "length_penalty": LengthPenalty}
+DECODE_STRINGS = ("prefix",)
 # the values a request may give: wide enough for any sensible use, narrow enough that no
 # arithmetic in search overflows (beam_size and n_best: 1..max_beam, a setting of the server)
 DECODE_RANGES = {
@@ -61,7 +63,9 @@ class Job:
     texts: list[str]
     decode: DecodeConfig
     attention: bool
-    prefixes: list[str] | None = None  # one per text: the start each translation is forced to
+    # one per text: the start each translation is forced to; the request's "prefix" or
+    # "prefixes", else decode.prefix (the server's, or the request's "decode": {"prefix": ...})
+    prefixes: list[str]
     tree: bool = False  # return each search tree
 
 
@@ -108,7 +112,10 @@ def parse_request(body: bytes, cfg: ServeRunConfig) -> Job:
         if len(texts) > cfg.max_texts:
             raise BadRequest(413, f"{len(texts)} texts: this server takes at most {cfg.max_texts}")
     prefixes = _prefixes(data, len(texts))
+    given = data.get("decode")
+    decode_prefix = given.get("prefix") if isinstance(given, dict) else None
     chars = sum(len(t) for t in texts) + sum(len(p) for p in prefixes or [])
+    chars += len(decode_prefix) if isinstance(decode_prefix, str) else 0
     if chars > cfg.max_chars:
         raise BadRequest(413, f"{chars} characters: this server takes at most {cfg.max_chars}")
     if not any(clean(t) for t in texts):
@@ -119,6 +126,8 @@ def parse_request(body: bytes, cfg: ServeRunConfig) -> Job:
         if not isinstance(flags[key], bool):
             raise BadRequest(422, f'"{key}" must be true or false, not {_kind(flags[key])}')
     decode = request_decode(cfg.decode, data.get("decode", {}), cfg.max_beam)
+    if prefixes is None:  # as Translator.translate_full: the decode settings' prefix
+        prefixes = [decode.prefix] * len(texts)
     return Job(texts, decode, flags["attention"], prefixes, flags["beam_tree"])
 
 
@@ -154,6 +163,9 @@ def request_decode(defaults: DecodeConfig, given: object, max_beam: int) -> Deco
             if value not in choices:
                 raise BadRequest(422, f"decode.{key}={value!r}: expected one of {choices}")
             value = DECODE_CHOICES[key](value)
+        elif key in DECODE_STRINGS:
+            if not isinstance(value, str):
+                raise BadRequest(422, f"decode.{key} must be a string, not {_kind(value)}")
         elif isinstance(value, bool) or not isinstance(value, (int, float)):
             raise BadRequest(422, f"decode.{key} must be a number, not {_kind(value)}")
         elif isinstance(getattr(defaults, key), int) and not isinstance(value, int):
@@ -172,6 +184,51 @@ def request_decode(defaults: DecodeConfig, given: object, max_beam: int) -> Deco
         return dataclasses.replace(defaults, **changes)
     except NMTError as err:
         raise BadRequest(422, str(err)) from None
+
+
+def search_rows(decode: DecodeConfig) -> int:
+    """Hypotheses the search of one text carries at each step: the beam, the draws, or one."""
+    match decode.strategy:
+        case Strategy.beam:
+            return decode.beam_size
+        case Strategy.sample:
+            return decode.n_best
+        case _:
+            return 1
+
+
+def text_cost(decode: DecodeConfig, src_pieces: int, extras: bool) -> int:
+    """The most work one text's search can take, in hypothesis steps: the hypotheses it carries
+    at each step (`search_rows`) times its length limit (`decode.max_len` of its source pieces,
+    EOS included; at most decode.max_len_cap). The search never runs past the length limit, so
+    no setting makes a text cost more: a huge min_len_b only forces it up to the limit. With
+    `extras` (the search tree or the attention maps returned) it counts twice: recording and
+    writing them about doubles a text's time (docs/serve.md)."""
+    return search_rows(decode) * decode.max_len(src_pieces) * (2 if extras else 1)
+
+
+def check_job(translator: Translator, job: Job, max_cost: int) -> list[int]:
+    """Each text's cost (`text_cost`; 0 for a blank text), after checking the request against
+    the model: a prefix it cannot force is a 422, a total cost over `max_cost` a 413."""
+    decode = job.decode
+    sources = read_sources(translator.vocabs.src, job.texts, decode.max_src_pieces, warn=False)
+    try:
+        prefix_ids(translator.vocabs.tgt, job.prefixes, sources, decode, 1, "text")
+    except NMTError as err:
+        raise BadRequest(422, str(err)) from None
+    costs = [0] * len(job.texts)
+    for i, ids in zip(sources.index, sources.ids):
+        costs[i] = text_cost(decode, len(ids), job.tree or job.attention)
+    if sum(costs) > max_cost:
+        extras = ", times 2 with beam_tree or attention" if job.tree or job.attention else ""
+        raise BadRequest(
+            413,
+            f"this request costs {sum(costs)}, more than max_request_cost={max_cost} (for each "
+            f"text, the hypotheses searched at each step, {search_rows(decode)}, times its length "
+            f"limit, decode.max_len_a * source pieces + decode.max_len_b{extras}): send fewer "
+            "or shorter texts, or ask for a smaller beam_size or max_len_a/max_len_b",
+        )
+    return costs
 
 
 def _check_keys(data: dict, valid: tuple[str, ...], prefix: str) -> None:
