@@ -234,8 +234,7 @@ class PlotRunConfig:
 
 
 @dataclass
-class ServeRunConfig:
-    ckpt: str = MISSING
+class ServeRunConfig(CheckpointsConfig):
     host: str = "127.0.0.1"  # 0.0.0.0 to listen on every interface
     port: int = 8000  # 0 = any free port (the URL printed says which)
     decode: DecodeConfig = field(default_factory=DecodeConfig)  # defaults; a request may override
@@ -259,6 +258,7 @@ class ServeRunConfig:
 
     def __post_init__(self) -> None:
         _check_device(self.device)
+        self.check_ckpts()
         if not 0 <= self.port <= 65535:
             raise NMTError(f"port={self.port} must be in 0..65535")
         sizes = ("max_chars", "max_texts", "max_beam", "max_request_cost", "max_batch")

@@ -497,3 +497,33 @@ def test_nmt_serve_prints_its_real_port_and_stops_on_ctrl_c(ckpt):
         server.wait()
         server.stdout.close()
         server.stderr.close()
+
+
+def test_an_ensemble_is_served_as_one_model(ckpt):
+    """nmt-serve ckpt=[a,a]: the ensemble translates as the model alone (a mixture of a
+    distribution with itself), and /info names its members."""
+    texts = ["Ich sehe einundzwanzig rote Äpfel.", "Er zählt zwölf Katzen."]
+    answers = []
+    pair = dataclasses.replace(serve_config(ckpt), ckpt=[str(ckpt), str(ckpt)])
+    for config in (serve_config(ckpt), pair):
+        with TestClient(load_app(config)) as c:
+            answers.append(post(c, {"texts": texts})["translations"])
+            info = c.get("/info").json()
+    assert [a["text"] for a in answers[1]] == [a["text"] for a in answers[0]]
+    assert info["ensemble"] == [str(ckpt), str(ckpt)]
+
+
+def test_banned_phrases_of_a_request_never_appear_and_bad_ones_are_422(client, translator):
+    """"banned": the phrases are kept out of that request's translations (as the Translator's
+    banned=... does), a blank phrase or a non-list is a 422, and requests without it are
+    unchanged."""
+    texts = ["Ich sehe einundzwanzig rote Äpfel.", "Er zählt zwölf Katzen."]
+    plain = [t["text"] for t in post(client, {"texts": texts})["translations"]]
+    word = max(" ".join(plain).split(), key=len).strip(".,")
+    got = [t["text"] for t in post(client, {"texts": texts, "banned": [word]})["translations"]]
+    assert got == translator.translate(texts, banned=[word])
+    assert all(word not in t.split() and word + "." not in t.split() for t in got)
+    assert [t["text"] for t in post(client, {"texts": texts})["translations"]] == plain
+    for bad in ([" "], "word", [1]):
+        answer = client.post("/translate", json={"text": texts[0], "banned": bad})
+        assert answer.status_code == 422 and "banned" in answer.json()["error"], answer.json()

@@ -200,9 +200,17 @@ async def _server_error(request: Request, exc: Exception) -> Response:
 
 def load_app(cfg: ServeRunConfig) -> Starlette:
     """Load the checkpoint once and build the app around it."""
-    ckpt = load_checkpoint(cfg.ckpt)
-    translator = Translator.from_checkpoint(ckpt, cfg.decode, cfg.device)
-    return create_app(translator, cfg, describe_model(translator, ckpt.config, ckpt.payload))
+    ckpts = [load_checkpoint(path) for path in cfg.ckpts]
+    translator = Translator.from_checkpoints(
+        ckpts, cfg.decode, cfg.device, cfg.ckpt_weights, cfg.ensemble_combine.value,
+        cfg.attention_member,
+    )  # fmt: skip
+    # an ensemble is described by its first member (data, languages, step), with every member's
+    # path under "ensemble"
+    info = describe_model(translator, ckpts[0].config, ckpts[0].payload)
+    if len(ckpts) > 1:
+        info["ensemble"] = [str(c.path) for c in ckpts]
+    return create_app(translator, cfg, info)
 
 
 def listen(host: str, port: int) -> socket.socket:

@@ -18,7 +18,9 @@ from nmt.inputs import clean, prefix_ids, read_sources
 from nmt.run_config import ServeRunConfig, TrainRunConfig, flatten
 from nmt.translate import Translation, Translator
 
-REQUEST_KEYS = ("attention", "beam_tree", "decode", "prefix", "prefixes", "text", "texts")
+REQUEST_KEYS = (
+    "attention", "banned", "beam_tree", "decode", "prefix", "prefixes", "text", "texts",
+)  # fmt: skip
 # what a request may change; batch_size, max_len_cap and max_src_pieces are the server's limits
 DECODE_KEYS = (
     "strategy", "beam_size", "n_best", "length_penalty", "alpha", "min_len_a", "min_len_b",
@@ -26,6 +28,7 @@ DECODE_KEYS = (
     "prefix",
 )  # fmt: skip
 DECODE_CHOICES = {"strategy": Strategy, "length_penalty": LengthPenalty}
+MAX_BANNED = 64  # banned phrases in one request (each may have many spellings in pieces)
 DECODE_STRINGS = ("prefix",)
 # the values a request may give: wide enough for any sensible use, narrow enough that no
 # arithmetic in search overflows (beam_size and n_best: 1..max_beam, a setting of the server)
@@ -126,9 +129,27 @@ def parse_request(body: bytes, cfg: ServeRunConfig) -> Job:
         if not isinstance(flags[key], bool):
             raise BadRequest(422, f'"{key}" must be true or false, not {_kind(flags[key])}')
     decode = request_decode(cfg.decode, data.get("decode", {}), cfg.max_beam)
+    decode = _with_banned(decode, data.get("banned", []))
     if prefixes is None:  # as Translator.translate_full: the decode settings' prefix
         prefixes = [decode.prefix] * len(texts)
     return Job(texts, decode, flags["attention"], prefixes, flags["beam_tree"])
+
+
+def _with_banned(decode: DecodeConfig, banned: object) -> DecodeConfig:
+    """The request's "banned" phrases (a list of strings) added to the server's decode.banned:
+    part of the decode settings, so only requests banning the same phrases share a batch."""
+    if not isinstance(banned, list) or not all(isinstance(p, str) for p in banned):
+        raise BadRequest(422, '"banned" must be a list of strings (phrases no translation has)')
+    if len(banned) > MAX_BANNED:
+        raise BadRequest(
+            413, f"{len(banned)} banned phrases: this server takes at most {MAX_BANNED}"
+        )
+    if not banned:
+        return decode
+    try:
+        return dataclasses.replace(decode, banned=[*decode.banned, *banned])
+    except NMTError as err:
+        raise BadRequest(422, str(err)) from None
 
 
 def _prefixes(data: dict, count: int) -> list[str] | None:
@@ -214,6 +235,7 @@ def check_job(translator: Translator, job: Job, max_cost: int) -> list[int]:
     sources = read_sources(translator.vocabs.src, job.texts, decode.max_src_pieces, warn=False)
     try:
         prefix_ids(translator.vocabs.tgt, job.prefixes, sources, decode, 1, "text")
+        translator.banned_ids(None, decode)
     except NMTError as err:
         raise BadRequest(422, str(err)) from None
     costs = [0] * len(job.texts)
