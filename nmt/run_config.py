@@ -254,6 +254,9 @@ class ServeRunConfig(CheckpointsConfig):
     # pieces, and the other requests' batches take turns with them
     batch_cost: int = 16_384
     max_queue: int = 512  # most sentences waiting for a decode; above, HTTP 503 with Retry-After
+    # torch threads that decode on a CPU; 0 = one fewer than the CPU cores (at least 1): the event
+    # loop that reads requests and writes answers keeps a core of its own
+    threads: int = 0
     device: str = "auto"
 
     def __post_init__(self) -> None:
@@ -267,6 +270,8 @@ class ServeRunConfig(CheckpointsConfig):
                 raise NMTError(f"{key}={getattr(self, key)} must be >= 1")
         if self.batch_wait_ms < 0:
             raise NMTError(f"batch_wait_ms={self.batch_wait_ms} must be >= 0")
+        if self.threads < 0:
+            raise NMTError(f"threads={self.threads} must be >= 0 (0 = one fewer than the cores)")
         if self.max_queue < self.max_texts:
             raise NMTError(
                 f"max_queue={self.max_queue} must be >= max_texts={self.max_texts}: "
