@@ -514,7 +514,7 @@ def test_an_ensemble_is_served_as_one_model(ckpt):
 
 
 def test_banned_phrases_of_a_request_never_appear_and_bad_ones_are_422(client, translator):
-    """"banned": the phrases are kept out of that request's translations (as the Translator's
+    """ "banned": the phrases are kept out of that request's translations (as the Translator's
     banned=... does), a blank phrase or a non-list is a 422, and requests without it are
     unchanged."""
     texts = ["Ich sehe einundzwanzig rote Äpfel.", "Er zählt zwölf Katzen."]
