@@ -46,6 +46,7 @@ from nmt.lexicon import NO_LEXICON, Lexicon
 from nmt.models import restore_model
 from nmt.models.ensemble import check_options, load_ensemble
 from nmt.models.seq2seq import Seq2Seq
+from nmt.run_config import CheckpointsConfig
 from nmt.scoring import Scored, score_ids
 from nmt.search import search_all
 from nmt.tokenizer import EOS, UNK, Vocab, Vocabs
@@ -134,6 +135,22 @@ class Translator:
         model, loaded = load_ensemble(ckpts, dev, weights, combine, attention)
         first = loaded[0]
         return cls(model, first.vocabs, dev, first.lexicon, decode or first.config.decode)
+
+    @classmethod
+    def from_command(
+        cls,
+        cfg: CheckpointsConfig,
+        decode: DecodeConfig,
+        device: str,
+        loaded: list[Checkpoint] | None = None,
+    ) -> Translator:
+        """The model a decoding command's `ckpt` names (one checkpoint or an ensemble, with its
+        `ckpt_weights`, `ensemble_combine` and `ensemble_attention`); `loaded`: its checkpoints
+        already read."""
+        return cls.from_checkpoints(
+            loaded or cfg.ckpts, decode, device, cfg.ckpt_weights, cfg.ensemble_combine.value,
+            cfg.attention_member,
+        )  # fmt: skip
 
     def check(self, decode: DecodeConfig) -> None:
         """Raise NMTError if these settings cannot run here (precision, shortlist)."""

@@ -31,10 +31,7 @@ def _out_dir(cfg: EvaluateRunConfig, ckpt_path: Path) -> Path:
 def evaluate_main(cfg: EvaluateRunConfig) -> Scores:
     ckpts = [load_checkpoint(path) for path in cfg.ckpts]
     ckpt = ckpts[0]  # an ensemble's: its first member's data config, step and path are reported
-    translator = Translator.from_checkpoints(
-        ckpts, cfg.decode, cfg.device, cfg.ckpt_weights, cfg.ensemble_combine.value,
-        cfg.attention_member,
-    )  # fmt: skip
+    translator = Translator.from_command(cfg, cfg.decode, cfg.device, ckpts)
     if cfg.src_file is not None:
         sources, references = read_lines(Path(cfg.src_file)), read_lines(Path(cfg.ref_file))
         name = Path(cfg.src_file).name

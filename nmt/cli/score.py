@@ -112,14 +112,7 @@ def score_main(cfg: ScoreRunConfig) -> None:
             )
     elif cfg.tsv is not None:
         _check_tsv(cfg.tsv)
-    translator = Translator.from_checkpoints(
-        cfg.ckpts,
-        cfg.decode,
-        cfg.device,
-        cfg.ckpt_weights,
-        cfg.ensemble_combine.value,
-        cfg.attention_member,
-    )
+    translator = Translator.from_command(cfg, cfg.decode, cfg.device)
     first = 1
     with ExitStack() as stack:
         for chunk in _chunks(_pairs(cfg, stack)):

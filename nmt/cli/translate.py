@@ -261,14 +261,7 @@ def format_tree(tree: BeamTree) -> str:
 
 
 def translate_main(cfg: TranslateRunConfig) -> None:
-    translator = Translator.from_checkpoints(
-        cfg.ckpts,
-        cfg.decode,
-        cfg.device,
-        cfg.ckpt_weights,
-        cfg.ensemble_combine.value,
-        cfg.attention_member,
-    )
+    translator = Translator.from_command(cfg, cfg.decode, cfg.device)
     if cfg.input is None and cfg.output is None and sys.stdin.isatty():
         repl(translator, cfg)
         return

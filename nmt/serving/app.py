@@ -202,10 +202,7 @@ async def _server_error(request: Request, exc: Exception) -> Response:
 def load_app(cfg: ServeRunConfig) -> Starlette:
     """Load the checkpoint once and build the app around it."""
     ckpts = [load_checkpoint(path) for path in cfg.ckpts]
-    translator = Translator.from_checkpoints(
-        ckpts, cfg.decode, cfg.device, cfg.ckpt_weights, cfg.ensemble_combine.value,
-        cfg.attention_member,
-    )  # fmt: skip
+    translator = Translator.from_command(cfg, cfg.decode, cfg.device, ckpts)
     # an ensemble is described by its first member (data, languages, step), with every member's
     # path under "ensemble"
     info = describe_model(translator, ckpts[0].config, ckpts[0].payload)
