@@ -27,7 +27,7 @@ demo: install ## generate the demo corpus, train, evaluate and translate (CPU, a
 	@echo "--- attention heatmaps of the first test sentences: $(DEMO_RUN)/eval/test.attention.*.png"
 
 test: install ## run the fast test suite
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
 
 # CPUs differ in their kernels (AVX2 only, AVX-512, AVX512-BF16, AMX): torch picks them at run time,
 # so the precision tests run a second time limited to AVX2, as on a CPU without AVX-512

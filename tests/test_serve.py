@@ -527,3 +527,30 @@ def test_banned_phrases_of_a_request_never_appear_and_bad_ones_are_422(client, t
     for bad in ([" "], "word", [1]):
         answer = client.post("/translate", json={"text": texts[0], "banned": bad})
         assert answer.status_code == 422 and "banned" in answer.json()["error"], answer.json()
+
+
+def test_score_answers_what_the_translator_scores(client, translator):
+    """POST /score gives each pair the Translator's score (its total, the length-normalised
+    score, and every piece's log-probability); the score of the server's own translation is the
+    score its search reported; bad pairs are 4xx."""
+    texts = ["Ich sehe einundzwanzig rote Äpfel.", "Er zählt zwölf Katzen."]
+    best = [t for t in post(client, {"texts": texts})["translations"]]
+    hyps = [t["text"] for t in best]
+    answer = client.post("/score", json={"texts": texts, "translations": hyps})
+    assert answer.status_code == 200, answer.json()
+    got = answer.json()["scores"]
+    expected = translator.score(texts, hyps)
+    assert [g["pieces"] for g in got] == [e.pieces for e in expected]
+    for g, e, b in zip(got, expected, best):
+        assert g["score"] == pytest.approx(e.score, abs=1e-4)
+        assert g["piece_scores"] == pytest.approx(e.piece_scores, abs=1e-4)
+        assert g["score"] == pytest.approx(b["score"], abs=1e-3)  # what the search reported
+    one = client.post("/score", json={"text": texts[0], "translation": hyps[0]}).json()
+    assert one["scores"][0]["score"] == pytest.approx(got[0]["score"], abs=1e-5)
+    for bad in (
+        {"texts": texts, "translations": hyps[:1]},
+        {"text": texts[0]},
+        {"text": texts[0], "translation": 3},
+        {"text": texts[0], "translation": "x", "oops": 1},
+    ):
+        assert client.post("/score", json=bad).status_code == 422, bad

@@ -1,7 +1,9 @@
 """nmt-serve: a checkpoint behind an HTTP API and a page that shows its attention.
 
     POST /translate  {"text": "..."} or {"texts": [...]}, optional "decode": {...}, "attention",
-                     "prefix" (or "prefixes"), "beam_tree"
+                     "prefix" (or "prefixes"), "beam_tree", "banned"
+    POST /score      {"text": ..., "translation": ...} or {"texts": [...], "translations": [...]}:
+                     what the model thinks of given translations (nmt/serving/score.py)
     GET  /health     {"status": "ok"}
     GET  /info       the model, its languages, vocabularies, decoding defaults, step, valid BLEU
     GET  /           the page (nmt/serving/web/: plain HTML, CSS and JS, no build step)
@@ -48,6 +50,7 @@ from nmt.serving.protocol import (
     read_body,
     translation_json,
 )
+from nmt.serving.score import parse_score_request, score_costs, scored_json
 from nmt.translate import Translator
 
 WEB = Path(__file__).resolve().parent / "web"
@@ -82,6 +85,23 @@ def decode_batch(translator: Translator, key: object, items: list[Item]) -> list
     ]
 
 
+@dataclasses.dataclass(frozen=True)
+class ScoreItem:
+    """One (text, translation) pair of a /score request, as the batcher queues it."""
+
+    text: str
+    translation: str
+
+
+SCORE_KEY = ("score",)  # every /score pair is scored with the server's settings: one batch key
+
+
+def score_batch(translator: Translator, items: list[ScoreItem]) -> list[bytes]:
+    """The batcher's work for /score, in its worker thread: one teacher-forced pass per batch."""
+    scored = translator.score([i.text for i in items], [i.translation for i in items])
+    return [_json(scored_json(s)) for s in scored]
+
+
 def _json(content: object) -> bytes:
     """As Starlette's JSONResponse writes JSON."""
     text = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
@@ -101,7 +121,9 @@ def batch_key(settings: dict, job_id: int) -> tuple:
 def create_app(translator: Translator, cfg: ServeRunConfig, info: dict) -> Starlette:
     """The ASGI app; `info` is what GET /info answers (see `describe_model`)."""
 
-    def run(key: object, items: list[Item]) -> list[bytes]:
+    def run(key: object, items: list) -> list[bytes]:
+        if key == SCORE_KEY:
+            return score_batch(translator, items)
         return decode_batch(translator, key, items)
 
     batcher = Batcher(run, cfg.batch_wait_ms, cfg.max_batch, cfg.batch_cost, cfg.max_queue)
@@ -132,6 +154,19 @@ def create_app(translator: Translator, cfg: ServeRunConfig, info: dict) -> Starl
         body = b'{"translations":[' + b",".join(results) + b'],"decode":'
         return Response(body + _json(settings) + b"}", media_type="application/json")
 
+    async def score(request: Request) -> Response:
+        job = parse_score_request(await read_body(request, body_limit), cfg)
+        costs = score_costs(translator, job, cfg.max_request_cost)
+        items = [ScoreItem(t, u) for t, u in zip(job.texts, job.translations)]
+        try:
+            results = await batcher.submit(SCORE_KEY, items, costs)
+        except QueueFull as full:
+            headers = {"Retry-After": str(full.retry_after)}
+            return JSONResponse({"error": str(full)}, status_code=503, headers=headers)
+        except NMTError as err:
+            raise BadRequest(422, str(err)) from None
+        return Response(b'{"scores":[' + b",".join(results) + b"]}", media_type="application/json")
+
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
@@ -151,6 +186,7 @@ def create_app(translator: Translator, cfg: ServeRunConfig, info: dict) -> Starl
         routes=[
             Route("/", page, methods=["GET"]),
             Route("/translate", translate, methods=["POST"]),
+            Route("/score", score, methods=["POST"]),
             Route("/health", health, methods=["GET"]),
             Route("/info", model_info, methods=["GET"]),
             Mount("/static", StaticFiles(directory=WEB), name="static"),
@@ -184,7 +220,10 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     path, allowed = request.url.path, (exc.headers or {}).get("Allow", "")
     allowed = ", ".join(sorted(allowed.split(", ")))  # Starlette keeps them in a set
     message = {
-        404: f"no such path: {path} (the API: POST /translate, GET /health, GET /info, GET /)",
+        404: (
+            f"no such path: {path} (the API: POST /translate, POST /score, GET /health, "
+            "GET /info, GET /)"
+        ),
         405: f"{request.method} is not allowed on {path}; allowed: {allowed}",
     }.get(exc.status_code, exc.detail)
     return JSONResponse({"error": message}, status_code=exc.status_code, headers=exc.headers)

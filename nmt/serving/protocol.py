@@ -89,19 +89,19 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _no_constant(name: str) -> float:
+def no_constant(name: str) -> float:
     raise ValueError(f"{name} is not a number JSON allows")
 
 
 def parse_request(body: bytes, cfg: ServeRunConfig) -> Job:
     """Check a /translate body against the contract; each problem is one BadRequest."""
     try:
-        data = json.loads(body, parse_constant=_no_constant)
+        data = json.loads(body, parse_constant=no_constant)
     except (ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
         raise BadRequest(400, f"invalid JSON: {err}") from None
     if not isinstance(data, dict):
         raise BadRequest(422, 'the body must be a JSON object, e.g. {"text": "Guten Tag."}')
-    _check_keys(data, REQUEST_KEYS, "")
+    check_keys(data, REQUEST_KEYS, "")
     if ("text" in data) == ("texts" in data):
         raise BadRequest(422, 'give "text" (a string) or "texts" (a list of strings), not both')
     if "text" in data:
@@ -175,7 +175,7 @@ def request_decode(defaults: DecodeConfig, given: object, max_beam: int) -> Deco
     """The server's decoding defaults with a request's "decode" object applied and validated."""
     if not isinstance(given, dict):
         raise BadRequest(422, f'"decode" must be an object, not {_kind(given)}')
-    _check_keys(given, DECODE_KEYS, "decode.")
+    check_keys(given, DECODE_KEYS, "decode.")
     ranges = {**DECODE_RANGES, "beam_size": (1, max_beam), "n_best": (1, max_beam)}
     changes = {}
     for key, value in given.items():
@@ -253,7 +253,7 @@ def check_job(translator: Translator, job: Job, max_cost: int) -> list[int]:
     return costs
 
 
-def _check_keys(data: dict, valid: tuple[str, ...], prefix: str) -> None:
+def check_keys(data: dict, valid: tuple[str, ...], prefix: str) -> None:
     unknown = ", ".join(prefix + k for k in sorted(set(data) - set(valid)))
     if unknown:
         raise BadRequest(422, f"unknown key(s) {unknown}; valid: {', '.join(valid)}")
