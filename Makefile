@@ -26,8 +26,11 @@ demo: install ## generate the demo corpus, train, evaluate and translate (CPU, a
 	$(BIN)/nmt-translate ckpt=$(DEMO_RUN)/checkpoints/best < examples/demo.de
 	@echo "--- attention heatmaps of the first test sentences: $(DEMO_RUN)/eval/test.attention.*.png"
 
+# two pytest workers of one torch thread each: most tests are small models, process start-ups and
+# files, which one thread runs as fast as two (811 tests: 239 and 261 s against 404 s serially on
+# the 2-core Xeon of docs/benchmarks.md)
 test: install ## run the fast test suite
-	$(BIN)/python -m pytest -q --durations=25
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 --durations=25
 
 # CPUs differ in their kernels (AVX2 only, AVX-512, AVX512-BF16, AMX): torch picks them at run time,
 # so the precision tests run a second time limited to AVX2, as on a CPU without AVX-512
