@@ -28,7 +28,7 @@ demo: install ## generate the demo corpus, train, evaluate and translate (CPU, a
 
 # two pytest workers of one torch thread each: most tests are small models, process start-ups and
 # files, which one thread runs as fast as two (811 tests: 239 and 261 s against 404 s serially on
-# the 2-core Xeon of docs/benchmarks.md)
+# a 2-core Intel Xeon with AVX512-BF16, nothing else running)
 test: install ## run the fast test suite
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 --durations=25
 
