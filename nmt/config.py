@@ -131,8 +131,23 @@ class TokenizerConfig:
     # keep only the pieces the target training text uses (both sides' under shared embeddings):
     # a smaller output layer, the costliest layer of training and decoding
     prune_unseen: bool = True
+    # subword regularization (Kudo 2018): > 0 segments each training pair afresh every epoch by
+    # sampling from sentencepiece's segmentations with this smoothing (0.1 to 0.5 typical for a
+    # unigram model; the BPE-dropout rate for a BPE model). Validation, test, translation and
+    # export always use the best segmentation. 0 = off
+    sample_alpha: float = 0.0
+    # unigram only: sample from the `sample_nbest` best segmentations; -1 = from all of them
+    sample_nbest: int = -1
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.sample_alpha <= 1.0:
+            raise NMTError(
+                f"tokenizer.sample_alpha={self.sample_alpha} must be in [0, 1] (0 = off)"
+            )
+        if self.sample_nbest == 0 or self.sample_nbest < -1:
+            raise NMTError(
+                f"tokenizer.sample_nbest={self.sample_nbest} must be -1 (all) or positive"
+            )
         if self.max_sentences < 1:
             raise NMTError(f"tokenizer.max_sentences={self.max_sentences} must be positive")
         floor = 4 + (256 if self.byte_fallback else 0) + 1
@@ -387,9 +402,13 @@ class DecodeConfig:
     prefix: str = ""
     # phrases (target text) no translation may contain, in every strategy: the search blocks a
     # phrase's last piece where a hypothesis ends with its other pieces (nmt.search.constraints;
-    # which piece sequences that covers: nmt.translate.banned_ids). One list for all texts; the
+    # which piece sequences that covers: nmt.phrases.banned_ids). One list for all texts; the
     # Translator's per-call `banned` adds to it
     banned: list[str] = field(default_factory=list)
+    # phrases (target text) every translation must contain, each contiguous, in an order the
+    # search chooses (positive constraints; beam search only, nmt.search.constraints). One list
+    # for all texts; the Translator's per-call `constraints` take its place
+    constraints: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.beam_size < 1 or self.n_best < 1 or self.batch_size < 1:
@@ -414,6 +433,17 @@ class DecodeConfig:
         for i, phrase in enumerate(self.banned):
             if not isinstance(phrase, str) or not phrase.strip():
                 raise NMTError(f"decode.banned[{i}] must be a non-blank phrase, got {phrase!r}")
+        for i, phrase in enumerate(self.constraints):
+            if not isinstance(phrase, str) or not phrase.strip():
+                raise NMTError(
+                    f"decode.constraints[{i}] must be a non-blank phrase, got {phrase!r}"
+                )
+        if self.constraints and self.strategy != Strategy.beam:
+            raise NMTError(
+                f"decode.constraints need decode=beam (got decode.strategy="
+                f"{self.strategy.value}): only a beam can keep hypotheses that have met "
+                "different constraints"
+            )
 
     def describe(self) -> str:
         """A short human-readable summary, printed next to scores."""
@@ -440,6 +470,8 @@ class DecodeConfig:
             text += f", prefix {self.prefix!r}"
         if self.banned:
             text += f", banned {', '.join(map(repr, self.banned))}"
+        if self.constraints:
+            text += f", constraints {', '.join(map(repr, self.constraints))}"
         return text
 
     def max_len(self, src_len: int) -> int:

@@ -5,6 +5,7 @@
     translator.translate_full(texts, decode=DecodeConfig(strategy=Strategy.beam, n_best=3))
     translator.translate(["Ein Hund läuft."], prefixes=["A dog"])              # "what if"
     translator.translate(["Ein Hund läuft."], banned=["runs", "a dog"])        # never these
+    translator.translate(["Ein Hund läuft."], constraints=[["puppy"]])         # always these
     translator.score(["Ein Hund läuft."], ["A dog runs."])                     # log-probabilities
 
 Decode settings are an argument of each call (the default is what the checkpoint validated with,
@@ -22,6 +23,18 @@ of "eigh", so the translation continues after them rather than within a longer w
 Banned phrases (`decode.banned`, and a call's `banned`, which add to it) never appear in a
 translation: `banned_ids` says which piece sequences are blocked, and `nmt.search.constraints`
 how. A blank phrase is an NMTError naming it.
+
+Constraints (`decode.constraints`, one list for every text, or a call's `constraints`, one list
+per text, which take its place) appear in every translation, each contiguous, in an order the
+search chooses (beam search only: `nmt.search.positive`). `constraint_ids` says which pieces a
+phrase must appear as: sentencepiece's own segmentation of it, as a word start ("gentleman" ->
+"▁gentle" "man"), so it is met at the start of the translation or after a space, and also where
+it starts a longer word whose pieces begin with its own ("▁gentle" "man" "ly"); a phrase that
+starts with a mark that attaches to the word before it ("," "'s" ")" "-based") is matched
+without the word start. A forced prefix's pieces count toward them. Constraints that cannot be
+met (a piece the vocabulary lacks, a banned phrase inside one, more pieces than the length limit
+leaves, a strategy other than beam) are an NMTError naming the text, before anything is
+translated; a blank text has a blank translation whatever its constraints.
 """
 
 from __future__ import annotations
@@ -38,23 +51,22 @@ from torch import Tensor
 from nmt.attention_map import select_map
 from nmt.beam_tree import BeamTree
 from nmt.checkpoint import Checkpoint, load_checkpoint
-from nmt.config import DecodeConfig
+from nmt.config import DecodeConfig, Strategy
 from nmt.device import check_precision, resolve_device
 from nmt.errors import NMTError
-from nmt.inputs import clean, prefix_ids, read_sources
+from nmt.inputs import Sources, clean, prefix_ids, read_sources
 from nmt.lexicon import NO_LEXICON, Lexicon
 from nmt.models import restore_model
 from nmt.models.ensemble import check_options, load_ensemble
 from nmt.models.seq2seq import Seq2Seq
+from nmt.phrases import banned_ids, constraint_ids
 from nmt.run_config import CheckpointsConfig
 from nmt.scoring import Scored, score_ids
-from nmt.search import search_all
+from nmt.search import Unmet, search_all
+from nmt.search.positive import NEED_BEAM, holds, problem, spans
 from nmt.tokenizer import EOS, UNK, Vocab, Vocabs
 
 log = logging.getLogger(__name__)
-
-# the most piece sequences one banned phrase is blocked as (see `banned_ids`)
-MAX_BANNED_FORMS = 256
 
 
 @dataclass
@@ -71,6 +83,9 @@ class Translation:
     prefix_score: float | None = None  # log-probability of the forced prefix (None: no prefix)
     prefix_pieces: int = 0  # how many of `tgt_pieces` were forced
     tree: BeamTree | None = None  # the search tree, when asked for, with pieces and texts
+    # with constraints: where each of the text's constraints is met in the best hypothesis, as
+    # (start, end) indices of `tgt_pieces`, in the order the constraints were given
+    constraint_spans: list[tuple[int, int]] = field(default_factory=list)
 
     def attention(self, layer: int | None = -1, head: int | None = None) -> Tensor | None:
         """(len(tgt_pieces), len(src_pieces)): one layer's map (None: the mean of the layers),
@@ -153,8 +168,11 @@ class Translator:
         )  # fmt: skip
 
     def check(self, decode: DecodeConfig) -> None:
-        """Raise NMTError if these settings cannot run here (precision, shortlist)."""
+        """Raise NMTError if these settings cannot run here (precision, shortlist,
+        constraints without beam search)."""
         check_precision(self.device, decode.precision, "decode.precision")
+        if decode.constraints and decode.strategy != Strategy.beam:
+            raise NMTError(f"decode.constraints={decode.constraints}: {NEED_BEAM}")
         if not decode.shortlist:
             return
         if self.lexicon is None:
@@ -185,6 +203,74 @@ class Translator:
             raise NMTError(f"banned must be a list of phrases, got the string {banned!r}")
         return banned_ids(self.vocabs.tgt, [*decode.banned, *(banned or [])])
 
+    def constraint_ids(
+        self,
+        texts: list[str],
+        constraints: list[list[str]] | None = None,
+        decode: DecodeConfig | None = None,
+        *,
+        prefixes: list[str] | None = None,
+        banned: list[str] | None = None,
+        first_line: int = 1,
+    ) -> list[list[list[int]]]:
+        """The piece sequences each text's translation must contain (`constraints`: one list of
+        phrases per text; None: `decode.constraints` for every text), one list per text ([] for
+        a blank text), without translating: a server checks a request with it before the request
+        joins a batch. An NMTError names the text (numbered from `first_line`) whose constraints
+        cannot be met: a blank phrase, a piece the target vocabulary lacks, a banned phrase
+        (`decode.banned` and `banned`) inside one, more pieces than the length limit leaves after
+        the text's forced prefix (`prefixes`, or `decode.prefix`), or decode.strategy other than
+        beam."""
+        decode = decode or self.decode
+        sources = read_sources(self.vocabs.src, texts, decode.max_src_pieces, warn=False)
+        wanted = [decode.prefix] * len(texts) if prefixes is None else prefixes
+        forced = prefix_ids(self.vocabs.tgt, wanted, sources, decode, first_line, "text")
+        required = self._required(sources, constraints, forced, banned, decode, first_line, "text")
+        return sources.place(required, lambda i: [])
+
+    def _required(
+        self,
+        sources: Sources,
+        constraints: list[list[str]] | None,
+        forced: list[list[int]],
+        banned: list[str] | None,
+        decode: DecodeConfig,
+        first_line: int,
+        noun: str,
+    ) -> list[list[list[int]]]:
+        """`constraint_ids` of the non-blank texts, in the order of `sources.ids`."""
+        total = sources.total
+        if constraints is None:
+            constraints = [decode.constraints] * total
+        elif isinstance(constraints, str) or len(constraints) != total:
+            raise NMTError(
+                f"constraints must be one list of phrases per text: {total} texts, got "
+                f"{constraints!r}"[:300]
+            )
+        if any(constraints) and decode.strategy != Strategy.beam:
+            raise NMTError(NEED_BEAM)
+        blocked = [*decode.banned, *(banned or [])]
+        forms = {b: banned_ids(self.vocabs.tgt, [b]) for b in blocked if any(constraints)}
+        out = []
+        for k, i in enumerate(sources.index):
+            where = f"{noun} {first_line + i}: "
+            phrases = constraints[i] or []
+            if isinstance(phrases, str):  # a string would be a list of its characters
+                raise NMTError(f"{where}constraints must be a list of phrases, got {phrases!r}")
+            ids = [constraint_ids(self.vocabs.tgt, phrase, where) for phrase in phrases]
+            for phrase, pieces in zip(phrases, ids):
+                for word, spellings in forms.items():
+                    if any(holds(pieces, form) for form in spellings):
+                        raise NMTError(
+                            f"{where}the constraint {phrase!r} contains the banned phrase "
+                            f"{word!r}: no translation could hold it"
+                        )
+            why = ids and problem(ids, forced[k], decode.max_len(len(sources.ids[k])), [])
+            if why:
+                raise NMTError(where + why)
+            out.append(ids)
+        return out
+
     def translate(
         self,
         texts: list[str],
@@ -193,11 +279,13 @@ class Translator:
         first_line: int = 1,
         prefixes: list[str] | None = None,
         banned: list[str] | None = None,
+        constraints: list[list[str]] | None = None,
     ) -> list[str]:
         """The best translation of each text."""
         full = self.translate_full(
-            texts, False, decode=decode, first_line=first_line, prefixes=prefixes, banned=banned
-        )
+            texts, False, decode=decode, first_line=first_line, prefixes=prefixes, banned=banned,
+            constraints=constraints,
+        )  # fmt: skip
         return [t.text for t in full]
 
     def translate_full(
@@ -210,13 +298,17 @@ class Translator:
         prefixes: list[str] | None = None,
         tree: bool = False,
         banned: list[str] | None = None,
+        constraints: list[list[str]] | None = None,
     ) -> list[Translation]:
         """The best translation of each text with its n-best list and (when `attention`) its
         attention maps. A text longer than `decode.max_src_pieces` is translated from its first
         pieces, with a warning logged that names its line (`first_line` numbers the first).
         `prefixes` (one per text, "" for none) replace `decode.prefix`; `tree` returns each
         search tree (`nmt.beam_tree`); `banned` phrases, with `decode.banned`, appear in no
-        translation (`banned_ids`; a forced prefix is forced even if it holds one)."""
+        translation (`banned_ids`; a forced prefix is forced even if it holds one);
+        `constraints` (one list of phrases per text) replace `decode.constraints`, and appear in
+        every translation (`constraint_ids` says which are refused: an NMTError naming the line;
+        `Translation.constraint_spans` says where they are)."""
         decode = decode or self.decode
         if decode is not self.decode:
             self.check(decode)
@@ -224,17 +316,28 @@ class Translator:
         wanted = [decode.prefix] * len(texts) if prefixes is None else prefixes
         forced_ids = prefix_ids(self.vocabs.tgt, wanted, sources, decode, first_line)
         blocked = self.banned_ids(banned, decode)
-        searched = search_all(
-            self.model, sources.ids, decode, self.device, attention, self.lexicon,
-            forced_ids if any(forced_ids) else None, tree, blocked or None,
-        )  # fmt: skip
+        required = self._required(
+            sources, constraints, forced_ids, banned, decode, first_line, "line"
+        )
+        try:
+            searched = search_all(
+                self.model, sources.ids, decode, self.device, attention, self.lexicon,
+                forced_ids if any(forced_ids) else None, tree, blocked or None,
+                required if any(required) else None,
+            )  # fmt: skip
+        except Unmet as err:  # name the line rather than the source's place among the non-blank
+            raise NMTError(
+                f"line {first_line + sources.index[err.source]}: no translation could meet its "
+                "constraints within the length limit (a banned phrase or decode.no_repeat_ngram "
+                "blocks a piece they need)"
+            ) from err
         nbests = [d.nbest for d in searched]
         flat = [h.tokens for hyps in nbests for h in hyps]
         # byte pieces could decode to a newline: clean() keeps every text on one line
         decoded = iter([clean(t) for t in self.vocabs.tgt.decode(flat)] if flat else [])
         results = []
-        for i, ids, hyps, forced, done in zip(
-            sources.index, sources.ids, nbests, forced_ids, searched
+        for i, ids, hyps, forced, done, phrases in zip(
+            sources.index, sources.ids, nbests, forced_ids, searched, required
         ):
             nbest = [(next(decoded), h.normalized) for h in hyps]
             pieces = [self.vocabs.tgt.id_to_piece(h.tokens + [EOS] * h.ended) for h in hyps]
@@ -253,6 +356,7 @@ class Translator:
                     prefix_score=hyps[0].prefix_score if forced else None,
                     prefix_pieces=len(forced),
                     tree=None if done.tree is None else _with_pieces(done.tree, self.vocabs.tgt),
+                    constraint_spans=spans(hyps[0].tokens, phrases),
                 )
             )
         return sources.place(results, lambda i: _blank(texts[i]))
@@ -301,64 +405,6 @@ class Translator:
             )
             for source, text, ids, values in zip(sources, texts, tgt_ids, logprobs)
         ]
-
-
-def banned_ids(vocab: Vocab, phrases: list[str]) -> list[list[int]]:
-    """The target piece sequences that banning `phrases` blocks, each a list of ids.
-
-    A phrase (whitespace collapsed, as every text) is blocked wherever it starts a word: at the
-    start of the translation or after a space, where sentencepiece writes it with its leading
-    "▁" ("sleeps" -> "▁sleeps"; "a dog" -> "▁a▁dog"). Every way to write that string with
-    pieces of the vocabulary is blocked, not only the one sentencepiece would choose (a model may
-    produce "▁s" "leeps" as well as "▁sleeps"), up to MAX_BANNED_FORMS sequences per phrase (the
-    ones with the fewest pieces, with a warning). So the phrase is blocked also where it starts
-    a longer word whose pieces end where it ends ("sleeps" in "▁sleeps" "y").
-    Not blocked: the phrase inside a word or after anything but a space (a quote mark, a
-    hyphen), its other casings ("Sleeps"), and pieces that cross its last character ("▁sleep"
-    "sy"). A phrase the vocabulary cannot write (a character it lacks) cannot appear, and is
-    skipped with a warning; a blank phrase is an NMTError naming it."""
-    out: list[list[int]] = []
-    for phrase in phrases:
-        text = clean(phrase)
-        pieces = vocab.sp.Encode(text, out_type=str) if text else []
-        if not pieces:
-            raise NMTError(f"the banned phrase {phrase!r} has no pieces: nothing to ban")
-        written = "".join(pieces)  # normalized, with "▁" where a word starts
-        if not written.startswith("▁"):  # no dummy prefix in this tokenizer: the word form
-            written = "▁" + written
-        forms = _segmentations(vocab, written)
-        if not forms:
-            log.warning("the banned phrase %r cannot be written by the model: skipped", phrase)
-        out.extend(forms)
-    return out
-
-
-def _segmentations(vocab: Vocab, written: str) -> list[list[int]]:
-    """Every sequence of the vocabulary's pieces (specials excluded) that spells `written`, the
-    fewest pieces first, at most MAX_BANNED_FORMS of them."""
-    size = len(written)
-    # ends[i]: the (end, id) of every piece that starts at character i
-    ends: list[list[tuple[int, int]]] = [[] for _ in range(size)]
-    for i in range(size):
-        for j in range(i + 1, size + 1):
-            piece = vocab.piece_to_id(written[i:j])
-            if piece > EOS:  # not PAD, UNK (a piece the vocabulary lacks), BOS or EOS
-                ends[i].append((j, piece))
-    # complete[i]: the ways to spell written[i:], built from the end, capped as they grow
-    complete: list[list[list[int]]] = [[] for _ in range(size)] + [[[]]]
-    truncated = False
-    for i in range(size - 1, -1, -1):
-        ways = [[piece, *rest] for j, piece in ends[i] for rest in complete[j]]
-        ways.sort(key=len)
-        truncated |= len(ways) > MAX_BANNED_FORMS
-        complete[i] = ways[:MAX_BANNED_FORMS]
-    if truncated:
-        log.warning(
-            "the banned phrase %r has more than %d spellings in pieces: only the %d with the "
-            "fewest pieces are blocked", written.replace("▁", " ").strip(), MAX_BANNED_FORMS,
-            MAX_BANNED_FORMS,
-        )  # fmt: skip
-    return complete[0]
 
 
 def _with_pieces(tree: BeamTree, vocab: Vocab) -> BeamTree:

@@ -241,6 +241,12 @@ def decode_options(
             f"decode.banned={cfg.banned} is not supported by the CTranslate2 export: translate "
             "with the checkpoint (nmt.translate.Translator), or set decode.banned=[]"
         )
+    if cfg.constraints:
+        raise NMTError(
+            f"decode.constraints={cfg.constraints} is not supported by the CTranslate2 export "
+            "(CTranslate2 has no positive constraints): translate with the checkpoint "
+            "(nmt.translate.Translator, decode=beam), or set decode.constraints=[]"
+        )
     beam = cfg.strategy == Strategy.beam
     if cfg.length_penalty == LengthPenalty.gnmt and beam:
         raise NMTError(

@@ -168,6 +168,13 @@ def check_greedy(decode: DecodeConfig) -> DecodeConfig:
             "blocks no phrases): translate with the checkpoint (nmt.translate.Translator), or "
             "set decode.banned=[]"
         )
+    if decode.constraints:
+        raise NMTError(
+            f"decode.constraints={decode.constraints} is not supported by the exported graphs "
+            "(their greedy loop has no beam to allocate over the constraints' progress): "
+            "translate with the checkpoint (nmt.translate.Translator, decode=beam), or set "
+            "decode.constraints=[]"
+        )
     unsupported = [
         (decode.strategy != Strategy.greedy, f"decode={decode.strategy.value}"),
         (decode.n_best != 1, f"decode.n_best={decode.n_best}"),

@@ -8,6 +8,7 @@ input order.
 One module per concept, read top-down:
   step.py         the results, the length limits, the shortlist, one constrained step
   constraints.py  hard constraints: min length, n-gram blocking, forced tokens, banned phrases
+  positive.py     positive constraints: phrases every hypothesis must contain (beam search)
   single_path.py  greedy and sampling (one path per row)
   beam.py         beam search
   driver.py       `decode_all` / `search_all`: length-sorted batches, results in input order
@@ -34,17 +35,24 @@ then carries one live row per sentence until the prefix ends (the others score -
 Banned phrases (`banned`, target id sequences; `Banned`) are never produced: each step blocks
 the last piece of every phrase whose other pieces end a row's history. A forced prefix overrides
 them as it overrides the other constraints.
+
+Positive constraints (`constraints`: per sentence, target id sequences; `Constraints`) appear,
+each contiguous, in every hypothesis beam search returns: it allocates its beam over banks of
+constraint progress (dynamic beam allocation, Hu et al. 2019; positive.py), and EOS waits until
+every phrase is met. A forced prefix's pieces count toward them. Greedy and sampling refuse them.
 """
 
 from nmt.search.beam import beam_search
 from nmt.search.constraints import NEG_INF, Banned, constrain, force
 from nmt.search.driver import decode_all, search_all
+from nmt.search.positive import Constraints, Unmet
 from nmt.search.single_path import greedy, sample
 from nmt.search.step import Decoded, Hypothesis, _limits
 
 __all__ = [
     "NEG_INF",
     "Banned",
+    "Constraints",
     "Decoded",
     "Hypothesis",
     "_limits",
@@ -55,4 +63,5 @@ __all__ = [
     "greedy",
     "sample",
     "search_all",
+    "Unmet",
 ]

@@ -53,7 +53,7 @@ def _single_path(
     batch, device = src.size(0), src.device
     # looked up in its module at call time: one name to replace for every strategy (test_device)
     max_len, min_len = step._limits(cfg, src, src_lens)
-    shortlist, prefix, banned = _shortlist(model, cfg, lexicon, src, prefix, banned)
+    shortlist, prefix, banned, _ = _shortlist(model, cfg, lexicon, src, prefix, banned)
     steps = int(max_len.max())
     tokens = torch.zeros((batch, steps), dtype=torch.long, device=device)
     scores = torch.zeros(batch, device=device)

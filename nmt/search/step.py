@@ -19,6 +19,7 @@ from nmt.errors import NMTError
 from nmt.lexicon import NO_LEXICON, Lexicon, Shortlist
 from nmt.models.seq2seq import Seq2Seq
 from nmt.search.constraints import NEG_INF, Banned, constrain, force
+from nmt.search.positive import Constraints
 from nmt.tokenizer import EOS
 
 
@@ -58,23 +59,31 @@ def _shortlist(
     src: Tensor,
     prefix: Tensor | None,
     banned: Banned | None = None,
-) -> tuple[Shortlist | None, Tensor | None, Banned | None]:
-    """The batch's shortlist (None without decode.shortlist), and the prefix and banned phrases
-    in its columns."""
+    constraints: Constraints | None = None,
+) -> tuple[Shortlist | None, Tensor | None, Banned | None, Constraints | None]:
+    """The batch's shortlist (None without decode.shortlist), and the prefix, banned phrases and
+    constraints in its columns. A sentence's shortlist allows its prefix's and its constraints'
+    pieces, so that it can produce them."""
     if not cfg.shortlist:
-        return None, prefix, banned
+        return None, prefix, banned, constraints
     if lexicon is None:
         raise NMTError(NO_LEXICON)
     # a beam picks among 2K candidates of the first step's single row: never fewer columns
     columns = 2 * cfg.beam_size + 1 if cfg.strategy == Strategy.beam else 0
-    shortlist = lexicon.shortlist(src, cfg.shortlist, cfg.shortlist_frequent, columns, prefix)
+    needed = prefix  # (B, X): the pieces each sentence must be able to produce, -1 padded
+    if constraints is not None:
+        pieces = constraints.pieces()
+        needed = pieces if prefix is None else torch.cat([prefix, pieces], dim=1)
+    shortlist = lexicon.shortlist(src, cfg.shortlist, cfg.shortlist_frequent, columns, needed)
     shortlist.output = model.output_rows(shortlist.ids)
     if prefix is not None:  # the prefix's pieces are in the shortlist: ids -> columns
         columns_of = torch.searchsorted(shortlist.ids, prefix.clamp(min=0))
         prefix = torch.where(prefix >= 0, columns_of, prefix)
     if banned is not None:
         banned = banned.to_columns(shortlist.ids)
-    return shortlist, prefix, banned
+    if constraints is not None:
+        constraints = constraints.to_columns(shortlist.ids)
+    return shortlist, prefix, banned, constraints
 
 
 def _next_log_probs(
