@@ -66,6 +66,8 @@ class Item:
     attention: bool
     prefix: str = ""
     tree: bool = False
+    # the phrases its translation must contain
+    constraints: list[str] = dataclasses.field(default_factory=list)
 
 
 def decode_batch(translator: Translator, key: object, items: list[Item]) -> list[bytes]:
@@ -79,9 +81,14 @@ def decode_batch(translator: Translator, key: object, items: list[Item]) -> list
         decode=items[0].decode,
         prefixes=[item.prefix for item in items],
         tree=any(item.tree for item in items),
+        # None when no item has any: the unconstrained search, unchanged
+        constraints=[item.constraints for item in items]
+        if any(item.constraints for item in items)
+        else None,
     )
     return [
-        _json(translation_json(t, item.attention, item.tree)) for t, item in zip(results, items)
+        _json(translation_json(t, item.attention, item.tree, item.constraints))
+        for t, item in zip(results, items)
     ]
 
 
@@ -111,11 +118,13 @@ def _json(content: object) -> bytes:
 def batch_key(settings: dict, job_id: int) -> tuple:
     """Requests with equal keys are decoded together; `settings` are the decode settings as
     `flatten` gives them. Sampling draws depend on the batch, so a sampling request is never
-    mixed with others: then `seed` gives the same draws every time. `prefix` is left out: each
-    item carries its own. A list setting is a tuple in the key (a key is hashed)."""
+    mixed with others: then `seed` gives the same draws every time. `prefix` and `constraints`
+    are left out: each item carries its own. A list setting is a tuple in the key (a key is
+    hashed)."""
     same = [(k, tuple(v) if isinstance(v, list) else v) for k, v in settings.items()]
     sample = settings["strategy"] == Strategy.sample.value
-    return tuple(sorted(kv for kv in same if kv[0] != "prefix")), job_id if sample else None
+    own = ("prefix", "constraints")
+    return tuple(sorted(kv for kv in same if kv[0] not in own)), job_id if sample else None
 
 
 def create_app(translator: Translator, cfg: ServeRunConfig, info: dict) -> Starlette:
@@ -140,8 +149,8 @@ def create_app(translator: Translator, cfg: ServeRunConfig, info: dict) -> Starl
         # request never fails the batch it would have joined
         costs = check_job(translator, job, cfg.max_request_cost)
         items = [
-            Item(text, job.decode, job.attention, prefix, job.tree)
-            for text, prefix in zip(job.texts, job.prefixes)
+            Item(text, job.decode, job.attention, prefix, job.tree, constraints)
+            for text, prefix, constraints in zip(job.texts, job.prefixes, job.constraints)
         ]
         settings = flatten(job.decode)
         try:

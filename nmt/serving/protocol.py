@@ -19,7 +19,8 @@ from nmt.run_config import ServeRunConfig, TrainRunConfig, flatten
 from nmt.translate import Translation, Translator
 
 REQUEST_KEYS = (
-    "attention", "banned", "beam_tree", "decode", "prefix", "prefixes", "text", "texts",
+    "attention", "banned", "beam_tree", "constraints", "decode", "prefix", "prefixes", "text",
+    "texts",
 )  # fmt: skip
 # what a request may change; batch_size, max_len_cap and max_src_pieces are the server's limits
 DECODE_KEYS = (
@@ -29,6 +30,7 @@ DECODE_KEYS = (
 )  # fmt: skip
 DECODE_CHOICES = {"strategy": Strategy, "length_penalty": LengthPenalty}
 MAX_BANNED = 64  # banned phrases in one request (each may have many spellings in pieces)
+MAX_CONSTRAINTS = 16  # phrases one translation must contain (each widens the search's candidates)
 DECODE_STRINGS = ("prefix",)
 # the values a request may give: wide enough for any sensible use, narrow enough that no
 # arithmetic in search overflows (beam_size and n_best: 1..max_beam, a setting of the server)
@@ -70,6 +72,9 @@ class Job:
     # "prefixes", else decode.prefix (the server's, or the request's "decode": {"prefix": ...})
     prefixes: list[str]
     tree: bool = False  # return each search tree
+    # one per text: the phrases its translation must contain; the request's "constraints", else
+    # the server's decode.constraints
+    constraints: list[list[str]] = dataclasses.field(default_factory=list)
 
 
 # --- reading a request -----------------------------------------------------------------------
@@ -115,9 +120,11 @@ def parse_request(body: bytes, cfg: ServeRunConfig) -> Job:
         if len(texts) > cfg.max_texts:
             raise BadRequest(413, f"{len(texts)} texts: this server takes at most {cfg.max_texts}")
     prefixes = _prefixes(data, len(texts))
+    constraints = _constraints(data, len(texts))
     given = data.get("decode")
     decode_prefix = given.get("prefix") if isinstance(given, dict) else None
     chars = sum(len(t) for t in texts) + sum(len(p) for p in prefixes or [])
+    chars += sum(len(p) for phrases in constraints or [] for p in phrases)
     chars += len(decode_prefix) if isinstance(decode_prefix, str) else 0
     if chars > cfg.max_chars:
         raise BadRequest(413, f"{chars} characters: this server takes at most {cfg.max_chars}")
@@ -132,7 +139,9 @@ def parse_request(body: bytes, cfg: ServeRunConfig) -> Job:
     decode = _with_banned(decode, data.get("banned", []))
     if prefixes is None:  # as Translator.translate_full: the decode settings' prefix
         prefixes = [decode.prefix] * len(texts)
-    return Job(texts, decode, flags["attention"], prefixes, flags["beam_tree"])
+    if constraints is None:  # as Translator.translate_full: the decode settings' constraints
+        constraints = [list(decode.constraints)] * len(texts)
+    return Job(texts, decode, flags["attention"], prefixes, flags["beam_tree"], constraints)
 
 
 def _with_banned(decode: DecodeConfig, banned: object) -> DecodeConfig:
@@ -169,6 +178,35 @@ def _prefixes(data: dict, count: int) -> list[str] | None:
             raise BadRequest(422, f'{len(given)} "prefixes" for {count} texts: give one per text')
         return given
     return None
+
+
+def _constraints(data: dict, count: int) -> list[list[str]] | None:
+    """The request's "constraints", one list of phrases per text: a list of strings (for every
+    text) or, with "texts", a list of such lists (one per text); None when it gives none."""
+    if "constraints" not in data:
+        return None
+    given = data["constraints"]
+    usage = (
+        '"constraints" must be a list of phrases (strings) every translation contains, or a '
+        "list of such lists, one per text"
+    )
+    if not isinstance(given, list):
+        raise BadRequest(422, f"{usage}, not {_kind(given)}")
+    if all(isinstance(p, str) for p in given):
+        per_text = [given] * count
+    elif all(isinstance(c, list) and all(isinstance(p, str) for p in c) for c in given):
+        if len(given) != count:
+            raise BadRequest(422, f'{len(given)} "constraints" lists for {count} texts: give one '
+                             "per text")  # fmt: skip
+        per_text = given
+    else:
+        raise BadRequest(422, usage)
+    most = max((len(c) for c in per_text), default=0)
+    if most > MAX_CONSTRAINTS:
+        raise BadRequest(
+            413, f"{most} constraints for one text: this server takes at most {MAX_CONSTRAINTS}"
+        )
+    return per_text
 
 
 def request_decode(defaults: DecodeConfig, given: object, max_beam: int) -> DecodeConfig:
@@ -236,6 +274,8 @@ def check_job(translator: Translator, job: Job, max_cost: int) -> list[int]:
     try:
         prefix_ids(translator.vocabs.tgt, job.prefixes, sources, decode, 1, "text")
         translator.banned_ids(None, decode)
+        if any(job.constraints):
+            translator.constraint_ids(job.texts, job.constraints, decode, prefixes=job.prefixes)
     except NMTError as err:
         raise BadRequest(422, str(err)) from None
     costs = [0] * len(job.texts)
@@ -278,7 +318,9 @@ def _weights(maps: Tensor) -> list:
     return (maps.permute(1, 2, 0, 3).double() * scale).round().div(scale).tolist()
 
 
-def translation_json(t: Translation, attention: bool, tree: bool = False) -> dict:
+def translation_json(
+    t: Translation, attention: bool, tree: bool = False, constraints: list[str] | None = None
+) -> dict:
     """One translation as the API returns it (see docs/serve.md)."""
     out = {
         "source": t.source,
@@ -288,6 +330,8 @@ def translation_json(t: Translation, attention: bool, tree: bool = False) -> dic
     }
     if t.prefix_score is not None:
         out["prefix"] = {"pieces": t.prefix_pieces, "score": _number(t.prefix_score)}
+    if constraints:  # where each is met in the best translation, in pieces and in its text
+        out["constraints"] = _met_json(t, constraints)
     if tree:
         out.update(_tree_json(t))
     if attention:
@@ -311,6 +355,22 @@ def translation_json(t: Translation, attention: bool, tree: bool = False) -> dic
     return out
 
 
+def _met_json(t: Translation, constraints: list[str]) -> list[dict]:
+    """Each constraint with the span of `tgt_pieces` that meets it ("pieces": [start, end)) and
+    the characters of the text it covers ("chars": [start, end)), for a page to highlight."""
+    out = []
+    for phrase, (start, end) in zip(constraints, t.constraint_spans):
+        before = "".join(t.tgt_pieces[:start]).replace("▁", " ").lstrip()
+        inside = "".join(t.tgt_pieces[start:end]).replace("▁", " ")
+        # the text is the pieces' decoding, whitespace collapsed: count characters the same way
+        first = len(" ".join(before.split())) + (1 if before and inside.startswith(" ") else 0)
+        chars = [first, first + len(" ".join(inside.split()))]
+        if t.text[chars[0] : chars[1]] != " ".join(inside.split()):
+            chars = None  # a byte piece or a normalization: the pieces do not map onto the text
+        out.append({"phrase": phrase, "pieces": [start, end], "chars": chars})
+    return out
+
+
 def _tree_json(t: Translation) -> dict:
     if t.tree is None:  # a blank text
         return {"beam_tree": None}
@@ -330,9 +390,15 @@ def _tree_json(t: Translation) -> dict:
                     "score": _number(n.score),
                     "state": n.state,
                     "rank": n.rank,
+                    **({} if n.met is None else {"met": n.met}),
                 }
                 for i, n in enumerate(nodes)
-            ]
+            ],
+            **(
+                {}
+                if t.tree.constraint_pieces is None
+                else {"constraint_pieces": t.tree.constraint_pieces}
+            ),
         }
     }
 
