@@ -7,6 +7,8 @@ built from the parts in ``nmt/config.py``, and the training config a run and its
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -146,11 +148,54 @@ class TranslateRunConfig(CheckpointsConfig):
     # batch mode: each input line is source<TAB>prefix, and its translation starts with the
     # prefix (forced, scored by the model; a line without a tab has none)
     prefix_tsv: bool = False
+    # checkpoints (a path or a list) that rescore each line's n-best list (nmt/rerank.py): the
+    # translation is the hypothesis with the best weighted sum of the features; batch mode only
+    rerank: Any = None  # str | list[str] | None (OmegaConf has no union of str and list)
+    # the features' weights: the main model's normalised score, then each rerank model's
+    # log-probability per piece; None = equal (scripts/rerank_tune.py chooses them on valid)
+    rerank_weights: list[float] | None = None
     device: str = "auto"
 
     def __post_init__(self) -> None:
         _check_device(self.device)
         self.check_ckpts()
+        self.rerank = _paths("rerank", self.rerank)
+        if self.rerank_weights is not None and not self.rerank:
+            raise NMTError(
+                "rerank_weights needs rerank=[ckpt,...]: the checkpoints that rescore the n-best"
+            )
+        if self.rerank:
+            check_rerank_weights(len(self.rerank), self.rerank_weights)
+            check_rerank_nbest(self.decode)
+
+
+def check_rerank_weights(models: int, weights: Sequence[float] | None) -> list[float]:
+    """Reranking's weights (`nmt.rerank`) with `models` rerank checkpoints: the main model's,
+    then one per rerank checkpoint, each >= 0 and one > 0; None gives equal weights."""
+    if weights is None:
+        return [1.0] * (models + 1)
+    weights = [float(w) for w in weights]
+    if len(weights) != models + 1:
+        raise NMTError(
+            f"rerank_weights has {len(weights)} weights but {models + 1} are expected: the main "
+            f"model's (ckpt) first, then one per rerank checkpoint ({models}), e.g. "
+            f"rerank_weights=[{','.join(['1'] * (models + 1))}]"
+        )
+    if not all(math.isfinite(w) and w >= 0 for w in weights) or not any(weights):
+        raise NMTError(
+            f"rerank_weights={weights}: every weight must be a finite number >= 0, and one > 0"
+        )
+    return weights
+
+
+def check_rerank_nbest(decode: DecodeConfig) -> None:
+    """Reranking needs an n-best list to choose from."""
+    if decode.n_best < 2:
+        raise NMTError(
+            f"rerank rescores each line's n-best list, but decode.n_best={decode.n_best}: set "
+            f"decode.n_best to 2 or more (with decode=beam, at most decode.beam_size="
+            f"{decode.beam_size}), e.g. decode.n_best={max(2, decode.beam_size)}"
+        )
 
 
 class ScoreFormat(str, Enum):

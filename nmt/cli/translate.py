@@ -2,7 +2,8 @@
 blank line gives a blank line, no output line holds a newline), or an interactive prompt on a
 terminal. With `prefix_tsv=true` each line is `source<TAB>prefix`: its translation starts with
 the prefix. At the prompt, `/prefix TEXT` forces a prefix ("what if"), `/tree` prints the search
-tree of the last sentence.
+tree of the last sentence. With `rerank=[ckpt,...]` other models rescore each line's n-best list
+and the best weighted sum (`rerank_weights`) is the translation (`nmt.rerank`; batch mode only).
 
 Lines are read by a thread of their own (`arrivals`), so a pause in a pipe never holds back the
 translations of the lines that came before it, and memory stays bounded however long the input.
@@ -23,6 +24,7 @@ from nmt.attention_map import format_attention, save_heatmap
 from nmt.beam_tree import BeamTree
 from nmt.config import DecodeConfig, Strategy
 from nmt.errors import NMTError
+from nmt.rerank import Reranker
 from nmt.run_config import TranslateRunConfig
 from nmt.translate import Translation, Translator
 
@@ -35,11 +37,14 @@ def translate_stream(
     decode: DecodeConfig | None = None,
     nbest_tsv: bool = False,
     prefix_tsv: bool = False,
+    reranker: Reranker | None = None,
 ) -> Iterator[str]:
     """Translate an unbounded stream, keeping the order. Yields one line per input line, or
     with `nbest_tsv` one `line<TAB>rank<TAB>score<TAB>text` row per hypothesis (line and rank
     from 1; a blank input line gives one row with an empty text). With `prefix_tsv` an input
-    line is `source<TAB>prefix` (split at its first tab; no tab: no prefix).
+    line is `source<TAB>prefix` (split at its first tab; no tab: no prefix). With a `reranker`
+    (whose main model is `translator`) each line's n-best list is rescored (`nmt.rerank`): the
+    line is its best hypothesis, and the n-best rows are in its order, with its combined score.
 
     Lines are translated as they arrive: whatever has come in (up to CHUNK_LINES) goes to the
     model as soon as one line is there, so an interactive pipe gets each answer at once and a
@@ -54,7 +59,16 @@ def translate_stream(
         if prefix_tsv:
             split = [line.partition("\t") for line in chunk]
             chunk, prefixes = [s for s, _, _ in split], [p for _, _, p in split]
-        if not nbest_tsv:
+        if reranker is not None:
+            found = reranker.candidates(chunk, decode=decode, first_line=first, prefixes=prefixes)
+            for n, candidates in enumerate(found, first):
+                ranked = candidates.ranked(reranker.weights)
+                if not nbest_tsv:
+                    yield ranked[0][0]
+                    continue
+                for rank, (text, score) in enumerate(ranked, 1):
+                    yield f"{n}\t{rank}\t{score:.4f}\t{text}"
+        elif not nbest_tsv:
             yield from translator.translate(
                 chunk, decode=decode, first_line=first, prefixes=prefixes
             )
@@ -261,17 +275,25 @@ def format_tree(tree: BeamTree) -> str:
 
 
 def translate_main(cfg: TranslateRunConfig) -> None:
+    interactive = cfg.input is None and cfg.output is None and sys.stdin.isatty()
+    if interactive and cfg.rerank:  # before any checkpoint is read
+        raise NMTError(
+            "rerank=[...] translates a file or a pipe (input=FILE, or nmt-translate ... < FILE), "
+            "not at the interactive prompt"
+        )
     translator = Translator.from_command(cfg, cfg.decode, cfg.device)
-    if cfg.input is None and cfg.output is None and sys.stdin.isatty():
+    if interactive:
         repl(translator, cfg)
         return
+    reranker = Reranker.from_command(cfg, translator) if cfg.rerank else None
     source = _open_text(cfg.input, "r", sys.stdin)
     sink = _open_text(cfg.output, "w", sys.stdout)
     read_all = False
     try:
         lines = translate_stream(
-            translator, source, nbest_tsv=cfg.nbest_tsv, prefix_tsv=cfg.prefix_tsv
-        )
+            translator, source, nbest_tsv=cfg.nbest_tsv, prefix_tsv=cfg.prefix_tsv,
+            reranker=reranker,
+        )  # fmt: skip
         for text in lines:
             sink.write(text + "\n")
             sink.flush()  # through a pipe each line leaves now, not when a buffer fills
