@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from nmt.errors import NMTError
-from nmt.tokenizer import BOS, EOS, PAD
+from nmt.tokenizer import BOS, EOS, PAD, PieceSampler
 
 
 class BatchPlan(Sequence):
@@ -120,6 +120,98 @@ def epoch_batches(
             "train.batch_tokens or use fewer processes"
         )
     return batches.head(len(batches) - len(batches) % world)
+
+
+Candidates = tuple[np.ndarray, np.ndarray, np.ndarray]  # per row: count; lengths; ids, flat
+
+
+class EpochSampling:
+    """Subword regularization of training batches (data.tokenizer.sample_alpha): each epoch, both
+    sides of every pair get a segmentation drawn afresh from their n best (`PieceSampler`), with
+    a random stream keyed by (run seed, epoch, side, pair): a resumed run, another process under
+    torchrun or a second pass over the same epoch draws the same pieces, whichever batch a pair
+    is in. No side is longer than `data.max_len`: the draw is made among the segmentations that
+    fit (the best one always does), never clipped.
+
+    Since a draw depends on nothing else, the lengths of a whole epoch's draws are known before
+    its first batch (`TokenizedCorpus.lengths`), and the epoch is planned from them: batches
+    bucket the sampled lengths, hold at most `train.batch_tokens` padded tokens, keep the
+    shapes of `train.length_step`, and the loss is normalised by the sampled target tokens."""
+
+    def __init__(self, src: PieceSampler, tgt: PieceSampler, seed: int, max_len: int) -> None:
+        self.samplers = (src, tgt)
+        self.seed, self.max_len = seed, max_len
+
+    def draw(
+        self, candidates: tuple[Candidates, Candidates], index: np.ndarray, epoch: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per side, the candidate drawn for each of examples `index` in `epoch` (its index in
+        that side's candidates; -1: keep the stored segmentation)."""
+        out = []
+        for side, (counts, lens, ids) in enumerate(candidates):
+            key = (self.seed, epoch, side)
+            # candidates carry no EOS: a source of max_len pieces + EOS is what the filter keeps
+            out.append(self.samplers[side].choose(counts, lens, ids, index, key, self.max_len))
+        return out[0], out[1]
+
+    def lengths(
+        self,
+        candidates: tuple[Candidates, Candidates],
+        lens: tuple[np.ndarray, np.ndarray],
+        index: np.ndarray,
+        epoch: int,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(source, target) lengths of examples `index` in `epoch` (sources with their EOS), from
+        their stored lengths `lens`: what `resegment` will give them."""
+        out = []
+        for side, chosen in enumerate(self.draw(candidates, index, epoch)):
+            cand_lens = candidates[side][1]
+            drawn = cand_lens[np.maximum(chosen, 0)] + (side == 0) if len(cand_lens) else chosen
+            out.append(np.where(chosen >= 0, drawn, lens[side]).astype(lens[side].dtype))
+        return out[0], out[1]
+
+    def resegment(
+        self,
+        arrays: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+        candidates: tuple[Candidates, Candidates],
+        index: np.ndarray,
+        epoch: int,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(source ids, lengths, target ids, lengths) of the batch of examples `index`, flat as
+        `TokenizedCorpus.flat` gives them (sources end with EOS), with each row replaced by the
+        segmentation drawn for `epoch` from its side's `candidates` (without EOS)."""
+        src, src_lens, tgt, tgt_lens = arrays
+        chosen = self.draw(candidates, index, epoch)
+        src_out = _replace(src, src_lens, chosen[0], *candidates[0][1:], eos=True)
+        tgt_out = _replace(tgt, tgt_lens, chosen[1], *candidates[1][1:], eos=False)
+        return src_out[0], src_out[1], tgt_out[0], tgt_out[1]
+
+
+_EOS_ROW = np.array([EOS], dtype=np.int64)
+
+
+def _replace(
+    ids: np.ndarray,
+    lens: np.ndarray,
+    chosen: np.ndarray,
+    cand_lens: np.ndarray,
+    cand_ids: np.ndarray,
+    eos: bool,
+) -> list[np.ndarray]:
+    """[ids, lens]: each row replaced by its chosen candidate (EOS after it with `eos`); a row
+    with none chosen (-1) keeps its ids."""
+    cand_starts = np.cumsum(cand_lens) - cand_lens
+    ends = np.cumsum(lens)
+    parts, out_lens = [], np.asarray(lens, dtype=np.int64).copy()
+    for row, c in enumerate(chosen.tolist()):
+        if c < 0:
+            parts.append(ids[ends[row] - lens[row] : ends[row]])
+            continue
+        parts.append(cand_ids[cand_starts[c] : cand_starts[c] + cand_lens[c]])
+        if eos:
+            parts.append(_EOS_ROW)
+        out_lens[row] = cand_lens[c] + eos
+    return [np.concatenate(parts) if parts else ids[:0], out_lens]
 
 
 @dataclass

@@ -131,22 +131,32 @@ class TokenizerConfig:
     # keep only the pieces the target training text uses (both sides' under shared embeddings):
     # a smaller output layer, the costliest layer of training and decoding
     prune_unseen: bool = True
-    # subword regularization (Kudo 2018): > 0 segments each training pair afresh every epoch by
-    # sampling from sentencepiece's segmentations with this smoothing (0.1 to 0.5 typical for a
-    # unigram model; the BPE-dropout rate for a BPE model). Validation, test, translation and
-    # export always use the best segmentation. 0 = off
+    # subword regularization (Kudo 2018): > 0 segments each training pair afresh every epoch,
+    # drawing one of its `sample_nbest` best segmentations with probability proportional to
+    # P(segmentation)^sample_alpha (0.1 to 0.5 usual; unigram models only). Validation, test,
+    # translation and export always use the best segmentation. 0 = off
     sample_alpha: float = 0.0
-    # unigram only: sample from the `sample_nbest` best segmentations; -1 = from all of them
-    sample_nbest: int = -1
+    # how many segmentations a pair is drawn from (computed once per corpus, kept in its cache)
+    sample_nbest: int = 16
 
     def __post_init__(self) -> None:
+        # why n-best lists and not sentencepiece's own sampler: nmt.tokenizer.PieceSampler
         if not 0.0 <= self.sample_alpha <= 1.0:
             raise NMTError(
                 f"tokenizer.sample_alpha={self.sample_alpha} must be in [0, 1] (0 = off)"
             )
-        if self.sample_nbest == 0 or self.sample_nbest < -1:
+        if self.sample_alpha and self.model_type != PieceModel.unigram:
             raise NMTError(
-                f"tokenizer.sample_nbest={self.sample_nbest} must be -1 (all) or positive"
+                f"data.tokenizer.sample_alpha={self.sample_alpha} needs model_type=unigram: nmt "
+                "samples from a unigram model's n-best segmentations so that the same seed gives "
+                "the same pieces in every process (sentencepiece's BPE-dropout cannot be seeded "
+                "that way); use data.tokenizer.model_type=unigram or sample_alpha=0"
+            )
+        if self.sample_alpha and self.sample_nbest < 2:
+            raise NMTError(
+                f"data.tokenizer.sample_nbest={self.sample_nbest}: subword sampling draws from "
+                "the sample_nbest best segmentations, so it needs 2 or more (16 to 64 are usual); "
+                "or data.tokenizer.sample_alpha=0"
             )
         if self.max_sentences < 1:
             raise NMTError(f"tokenizer.max_sentences={self.max_sentences} must be positive")

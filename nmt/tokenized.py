@@ -13,10 +13,18 @@ directory that nothing reads. Every run then scans the entry's Arrow files once
 when it is trained on. The entry stays in `save_to_disk`'s format (`load_from_disk` opens it).
 
 Hub datasets take the same path: `datasets` already holds them as Arrow, and `map` reads them.
+
+With subword regularization on (data.tokenizer.sample_alpha > 0), the entry also holds each
+text's `sample_nbest` best segmentations (NBEST_COLUMNS; another entry, since the key holds the
+n-best size): sentencepiece finds them once per corpus, in the tokenizing processes, and a
+training batch draws one per pair and epoch as it is read (`nmt.batches.EpochSampling`), with no
+sentencepiece call in training. They are read as the ids are, one pread per pair and side, so
+memory stays flat (16 more bytes a pair: where each side's candidates lie, and how many ids).
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 from collections.abc import Callable, Iterator
@@ -29,7 +37,7 @@ import torch
 
 from nmt import data as data_module
 from nmt import inputs, tokenizer
-from nmt.batches import Batch, pad_flat
+from nmt.batches import Batch, Candidates, EpochSampling, pad_flat
 from nmt.cache import building, code_digest, digest, file_digest
 from nmt.config import DataConfig, Split
 from nmt.data import load_hub_split, local_files, pair_from_record, raw_pairs
@@ -43,6 +51,15 @@ DATA = "data"  # the save_to_disk directory inside an entry
 MIN_PAIRS_PER_PROCESS = 50_000  # fewer pairs than this per process tokenize faster in one
 QUIET_BELOW = 100_000  # pairs under which tokenizing shows no progress bars
 SHARD_BYTES = 500 << 20  # save_to_disk's shard size (its default): a shard is one Arrow file
+# per pair and side, its n best segmentations packed as [count, each one's length.., their ids..]
+NBEST_COLUMNS = ("src_nbest", "tgt_nbest")
+LENGTHS_CHUNK = 4096  # examples whose n-best lists are read at a time to plan a sampled epoch
+
+
+def nbest_size(cfg: DataConfig) -> int:
+    """Segmentations per text the entry holds for subword sampling; 0 when sampling is off."""
+    tok = cfg.tokenizer
+    return tok.sample_nbest if tok.sample_alpha > 0 else 0
 
 
 class TokenizedCorpus:
@@ -59,10 +76,12 @@ class TokenizedCorpus:
     kernel's page cache keeps the file, shared and reclaimable).
 
     Sources end with EOS, targets carry neither BOS nor EOS, as in `nmt.data.Encoded`; example i
-    is the i-th pair kept."""
+    is the i-th pair kept. The entry holds the best segmentation; with `sampling` (subword
+    regularization), a training batch of a given epoch is resegmented as it is read."""
 
-    def __init__(self, path: Path, max_len: int) -> None:
-        self.path = path
+    def __init__(self, path: Path, max_len: int, sampling: EpochSampling | None = None) -> None:
+        self.path, self.sampling = path, sampling
+        self._epoch_lengths: tuple[int, np.ndarray, np.ndarray] | None = None
         files = sorted((path / DATA).glob("data-*.arrow"))  # save_to_disk's shards, in order
         if not files:
             raise NMTError(f"{path / DATA} holds no tokenized data: remove it to rebuild")
@@ -70,16 +89,20 @@ class TokenizedCorpus:
         try:
             self._fds = [os.open(f, os.O_RDONLY) for f in files]
             self._scan(files, max_len)
+            if sampling is not None and not self.has_nbest:
+                raise NMTError(f"{path} holds no n-best segmentations to sample from")
         except BaseException:
             self.close()
             raise
 
     def _scan(self, files: list[Path], max_len: int) -> None:
         file_of, firsts, src_len, tgt_len = [], [], [], []
-        # per record batch: the file offset of each side's id buffer; per row: where its ids
-        # start in that buffer (in ids)
-        bases: dict[str, list[int]] = {"src": [], "tgt": []}
-        starts: dict[str, list[np.ndarray]] = {"src": [], "tgt": []}
+        # per record batch: the file offset of each list column's id buffer; per row: where its
+        # ids start in that buffer (in ids), and for the n-best columns how many there are
+        names = ("src", "tgt", *NBEST_COLUMNS)
+        bases: dict[str, list[int]] = {name: [] for name in names}
+        starts: dict[str, list[np.ndarray]] = {name: [] for name in names}
+        sizes: dict[str, list[np.ndarray]] = {name: [] for name in NBEST_COLUMNS}
         dtypes: dict[str, np.dtype] = {}
         rows = 0
         for number, file in enumerate(files):
@@ -90,12 +113,16 @@ class TokenizedCorpus:
                 # copies: a view would keep the whole record batch in memory
                 src_len.append(batch.column("src_len").to_numpy().astype(np.int32))
                 tgt_len.append(batch.column("tgt_len").to_numpy().astype(np.int32))
-                for side in bases:
-                    column = batch.column(side)
-                    base, start = _ids_layout(column, body, body_at, file)
-                    bases[side].append(base)
-                    starts[side].append(start)
-                    dtypes[side] = np.dtype(column.type.value_type.to_pandas_dtype())
+                for name in names:
+                    if name not in batch.schema.names:  # an entry without n-best lists
+                        continue
+                    column = batch.column(name)
+                    base, offsets = _ids_layout(column, body, body_at, file)
+                    bases[name].append(base)
+                    starts[name].append(offsets[:-1].astype(np.int32))
+                    if name in sizes:
+                        sizes[name].append(np.diff(offsets).astype(np.int32))
+                    dtypes[name] = np.dtype(column.type.value_type.to_pandas_dtype())
         self._file_of = np.array(file_of, dtype=np.int64)  # file of each record batch
         self._first = np.array(firsts, dtype=np.int64)  # first row of each record batch
         src, tgt = np.concatenate(src_len), np.concatenate(tgt_len)
@@ -105,21 +132,52 @@ class TokenizedCorpus:
         self.rows = np.flatnonzero(keep).astype(np.int32 if rows < 2**31 else np.int64)
         small = np.int16 if max_len < 2**15 - 1 else np.int32
         self.src_lens, self.tgt_lens = src[self.rows].astype(small), tgt[self.rows].astype(small)
-        self._bases = {side: np.array(b, dtype=np.int64) for side, b in bases.items()}
-        self._starts = {side: np.concatenate(s)[self.rows] for side, s in starts.items()}
+        # with n-best lists, 4 + 4 more for where each side's start and 4 + 4 for their sizes
+        present = [name for name in names if starts[name]]
+        self._bases = {name: np.array(bases[name], dtype=np.int64) for name in present}
+        self._starts = {name: np.concatenate(starts[name])[self.rows] for name in present}
+        self._sizes = {name: np.concatenate(s)[self.rows] for name, s in sizes.items() if s}
         self._dtypes = dtypes
+        self.has_nbest = all(name in present for name in NBEST_COLUMNS)
 
     def __len__(self) -> int:
         return len(self.rows)
 
-    def target_tokens(self, batches: list[list[int]]) -> int:
-        """Target tokens of these batches, EOS included: what the loss is normalised by."""
+    def target_tokens(self, batches: list[list[int]], epoch: int | None = None) -> int:
+        """Target tokens of these batches, EOS included, in `epoch`'s segmentation (see
+        `lengths`): what the loss is normalised by. Every rank knows it without reading a row."""
         index = np.concatenate([np.asarray(b, dtype=np.int64) for b in batches])
-        return int(self.tgt_lens[index].sum()) + len(index)
+        return int(self.lengths(epoch)[1][index].sum()) + len(index)
 
-    def batch(self, index: list[int]) -> Batch:
-        """The padded batch of examples `index`, read from disk now."""
-        src, src_lens, tgt, tgt_lens = self.flat(np.asarray(index, dtype=np.int64))
+    def lengths(self, epoch: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(source, target) lengths of every example, sources with their EOS: the stored (best)
+        segmentation's, or, given the training `epoch` of a corpus with `sampling`, that epoch's
+        draws, which `batch(index, epoch)` will give (what an epoch is planned from). Computed
+        once per epoch, reading every pair's n-best lists: 4 bytes a pair in memory."""
+        if self.sampling is None or epoch is None:
+            return self.src_lens, self.tgt_lens
+        if self._epoch_lengths is None or self._epoch_lengths[0] != epoch:
+            self._epoch_lengths = None  # the last epoch's go first
+            src, tgt = np.empty_like(self.src_lens), np.empty_like(self.tgt_lens)
+            for first in range(0, len(self), LENGTHS_CHUNK):
+                index = np.arange(first, min(first + LENGTHS_CHUNK, len(self)), dtype=np.int64)
+                best = (self.src_lens[index], self.tgt_lens[index])
+                drawn = self.sampling.lengths(self.candidates(index), best, index, epoch)
+                src[index], tgt[index] = drawn
+            self._epoch_lengths = (epoch, src, tgt)
+        return self._epoch_lengths[1], self._epoch_lengths[2]
+
+    def batch(self, index: list[int], epoch: int | None = None) -> Batch:
+        """The padded batch of examples `index`, read from disk now: in the best segmentation,
+        or, given the training `epoch` of a corpus with `sampling`, in that epoch's sampled one.
+        `n_tgt_tokens` counts the pieces the batch holds."""
+        examples = np.asarray(index, dtype=np.int64)
+        src, src_lens, tgt, tgt_lens = self.flat(examples)
+        if self.sampling is not None and epoch is not None:
+            arrays, candidates = (src, src_lens, tgt, tgt_lens), self.candidates(examples)
+            src, src_lens, tgt, tgt_lens = self.sampling.resegment(
+                arrays, candidates, examples, epoch
+            )
         tgt_in, tgt_out = pad_flat(tgt, tgt_lens, before=BOS), pad_flat(tgt, tgt_lens, after=EOS)
         tokens = int(tgt_lens.sum()) + len(index)
         lens = torch.from_numpy(src_lens)
@@ -129,18 +187,39 @@ class TokenizedCorpus:
         """(source ids, source lengths, target ids, target lengths) of examples `index`, in that
         order, each side one flat int64 array: what a batch is padded from and the lexicon learned
         from. One pread per example and side."""
-        rows = self.rows[index].astype(np.int64)
-        batch = np.searchsorted(self._first, rows, side="right") - 1  # record batch of each row
-        fds = [self._fds[number] for number in self._file_of[batch].tolist()]
+        batch, fds = self._where(index)
         out = []
         for side, lens in (("src", self.src_lens), ("tgt", self.tgt_lens)):
-            dtype = self._dtypes[side]
-            at = (self._bases[side][batch] + dtype.itemsize * self._starts[side][index]).tolist()
             counts = lens[index].astype(np.int64)
-            sizes = (counts * dtype.itemsize).tolist()
-            ids = b"".join([os.pread(fd, n, offset) for fd, n, offset in zip(fds, sizes, at)])
-            out += [np.frombuffer(ids, dtype=dtype).astype(np.int64), counts]
+            out += [self._read(side, index, batch, fds, counts), counts]
         return out[0], out[1], out[2], out[3]
+
+    def candidates(self, index: np.ndarray) -> tuple[Candidates, Candidates]:
+        """Per side, the n best segmentations of examples `index` (an entry built with subword
+        sampling on): (count per example, length of each, their ids flat), without EOS. One
+        pread per example and side."""
+        batch, fds = self._where(index)
+        out = []
+        for name in NBEST_COLUMNS:
+            sizes = self._sizes[name][index].astype(np.int64)
+            out.append(_unpack(self._read(name, index, batch, fds, sizes), sizes))
+        return out[0], out[1]
+
+    def _where(self, index: np.ndarray) -> tuple[np.ndarray, list[int]]:
+        """The record batch of each of examples `index`, and the file it is in."""
+        rows = self.rows[index].astype(np.int64)
+        batch = np.searchsorted(self._first, rows, side="right") - 1
+        return batch, [self._fds[number] for number in self._file_of[batch].tolist()]
+
+    def _read(
+        self, name: str, index: np.ndarray, batch: np.ndarray, fds: list[int], counts: np.ndarray
+    ) -> np.ndarray:
+        """The `counts` ids of each of examples `index` in list column `name`, flat, as int64."""
+        dtype = self._dtypes[name]
+        at = (self._bases[name][batch] + dtype.itemsize * self._starts[name][index]).tolist()
+        sizes = (counts * dtype.itemsize).tolist()
+        ids = b"".join([os.pread(fd, n, offset) for fd, n, offset in zip(fds, sizes, at)])
+        return np.frombuffer(ids, dtype=dtype).astype(np.int64)
 
     def close(self, _close: Callable[[int], None] = os.close) -> None:
         """Close the shard files (idempotent); the corpus reads nothing after. (`os.close` is
@@ -159,11 +238,24 @@ class TokenizedCorpus:
         self.close()
 
 
+def _unpack(packed: np.ndarray, sizes: np.ndarray) -> Candidates:
+    """Rows packed as `_pack` writes them, one after the other in `packed` (row i `sizes[i]`
+    long) -> (count per row, length of each segmentation, their ids flat)."""
+    starts = np.cumsum(sizes) - sizes
+    counts = packed[starts]
+    # each row's lengths follow its count: their positions, row after row
+    heads = np.repeat(starts + 1 - (np.cumsum(counts) - counts), counts) + np.arange(counts.sum())
+    ids = np.ones(len(packed), dtype=bool)
+    ids[starts], ids[heads] = False, False
+    return counts, packed[heads], packed[ids]
+
+
 def _ids_layout(
     column: pa.ListArray, body: pa.Buffer, body_at: int, file: Path
 ) -> tuple[int, np.ndarray]:
-    """(file offset of the ids buffer, start of each row in it) of one id column of a record
-    batch read from `file`, whose message body (`body`) starts at byte `body_at`."""
+    """(file offset of the ids buffer, the list offsets: row i's ids are [offsets[i],
+    offsets[i + 1]) in it) of one id column of a record batch read from `file`, whose message
+    body (`body`) starts at byte `body_at`."""
     ids = column.buffers()[3]  # list validity, list offsets, id validity, ids
     inside = body.address <= ids.address and ids.address + ids.size <= body.address + body.size
     if not inside or column.offset != 0 or column.values.offset != 0:
@@ -171,7 +263,7 @@ def _ids_layout(
             f"{file} is not the uncompressed Arrow stream nmt writes: remove "
             f"{file.parent.parent} to tokenize the corpus again"
         )
-    return body_at + (ids.address - body.address), column.offsets.to_numpy()[:-1].astype(np.int32)
+    return body_at + (ids.address - body.address), column.offsets.to_numpy().astype(np.int64)
 
 
 def _record_batches(path: Path) -> Iterator[tuple[int, pa.Buffer, pa.RecordBatch]]:
@@ -205,7 +297,8 @@ def tokenize(cfg: DataConfig, vocabs: Vocabs, root: Path, source: str, pairs: in
     """The cache entry of the training split `source` (its digest) tokenized with `vocabs`,
     built now if it is not there; its path."""
     vocab_key = tokenizer_digest(vocabs)
-    key = digest(source, vocab_key, encoding_digest())
+    nbest = nbest_size(cfg)
+    key = digest(source, vocab_key, encoding_digest(), *([{"nbest": nbest}] if nbest else []))
     final = root / "corpora" / key
     if (final / DATA).is_dir():
         return final
@@ -257,13 +350,16 @@ def _build(
         "src_len": datasets.Value("int32"),
         "tgt_len": datasets.Value("int32"),
     })  # fmt: skip
+    nbest = nbest_size(cfg)
+    for name in NBEST_COLUMNS if nbest else ():  # the packed counts and lengths fit the id type
+        features[name] = datasets.Sequence(datasets.Value(ids))
     encoded = raw.map(
         _encode, batched=True, num_proc=procs if procs > 1 else None, features=features,
         remove_columns=raw.column_names, cache_file_name=str(work / "encoded.arrow"),
         new_fingerprint=key, desc="tokenizing",
         fn_kwargs={
             "fields": fields, "vocab_dir": str(vocabs.src.path.parent), "vocab_key": vocab_key,
-            "data": cfg,
+            "data": cfg, "nbest": nbest, "bound": 2**16 - 1 if ids == "uint16" else 2**31 - 1,
         },
     )  # fmt: skip
     encoded.save_to_disk(str(out / DATA), max_shard_size=SHARD_BYTES)
@@ -298,9 +394,16 @@ def _vocabs(vocab_dir: str, vocab_key: str) -> Vocabs:
 
 
 def _encode(
-    batch: dict, fields: tuple[str, str, bool], vocab_dir: str, vocab_key: str, data: DataConfig
+    batch: dict,
+    fields: tuple[str, str, bool],
+    vocab_dir: str,
+    vocab_key: str,
+    data: DataConfig,
+    nbest: int,
+    bound: int,
 ) -> dict:
-    """A batch of raw pairs -> cleaned, tokenized ids and lengths (in a worker of `map`)."""
+    """A batch of raw pairs -> cleaned, tokenized ids and lengths, and with `nbest` each text's
+    n best segmentations packed (in a worker of `map`)."""
     vocabs = _vocabs(vocab_dir, vocab_key)
     src_key, tgt_key, nested = fields
     if nested:
@@ -308,11 +411,24 @@ def _encode(
         src_text, tgt_text = [s for s, _ in pairs], [t for _, t in pairs]
     else:
         src_text, tgt_text = batch[src_key], batch[tgt_key]
-    src = [ids + [EOS] for ids in vocabs.src.encode([clean(s or "") for s in src_text])]
-    tgt = vocabs.tgt.encode([clean(t or "") for t in tgt_text])
-    return {
+    src_text, tgt_text = [clean(s or "") for s in src_text], [clean(t or "") for t in tgt_text]
+    src = [ids + [EOS] for ids in vocabs.src.encode(src_text)]
+    tgt = vocabs.tgt.encode(tgt_text)
+    out = {
         "src": src, "tgt": tgt, "src_len": [len(s) for s in src], "tgt_len": [len(t) for t in tgt]
     }  # fmt: skip
+    if nbest:
+        sides = zip(NBEST_COLUMNS, (vocabs.src, vocabs.tgt), (src_text, tgt_text))
+        for name, vocab, texts in sides:
+            out[name] = [_pack(segs, bound) for segs in vocab.nbest(texts, nbest)]
+    return out
+
+
+def _pack(segmentations: list[list[int]], bound: int) -> list[int]:
+    """One text's segmentations as one list: [count, each one's length.., their ids..]. Those
+    longer than `bound` (the id type's largest value) are left out: no model trains on them."""
+    kept = [seg for seg in segmentations if len(seg) <= bound][:bound]
+    return [len(kept), *map(len, kept), *itertools.chain.from_iterable(kept)]
 
 
 def _nmt_error(err: BaseException) -> NMTError | None:
@@ -333,14 +449,14 @@ def _nmt_error(err: BaseException) -> NMTError | None:
 #   and `nmt.data._lines`: the text of a local row (BOM, UTF-8, TSV fields, JSONL records);
 #   `nmt.data.pair_from_record`: the text of a JSONL or hub record;
 # - `_vocabs`: the tokenizer a worker encodes with; `_encode`, `nmt.inputs.clean` and its
-#   pattern: the cleaning, the EOS, the lengths;
-# - `nmt.tokenizer.load_vocabs`, `Vocab.__init__`, `Vocab.encode`, `_read_kept`: which model and
-#   pruned list encode which side, and how a pruned id is mapped.
+#   pattern: the cleaning, the EOS, the lengths; `_pack`: how n-best lists are stored;
+# - `nmt.tokenizer.load_vocabs`, `Vocab.__init__`, `Vocab.encode`, `Vocab.nbest`, `_read_kept`:
+#   which model and pruned list encode which side, and how a pruned id is mapped.
 # The sentencepiece version joins them in the key (its encoder decides the pieces). What reads an
 # entry (`TokenizedCorpus`) is not in the list: it refuses a layout it does not know.
 ENCODING_CODE: tuple[object, ...] = (
-    _build, _raw_rows, _vocabs, _encode,
+    _build, _raw_rows, _vocabs, _encode, _pack,
     data_module.raw_pairs, data_module._lines, data_module.pair_from_record,
     inputs.clean, inputs._SPACE,
-    tokenizer.load_vocabs, Vocab.__init__, Vocab.encode, tokenizer._read_kept,
+    tokenizer.load_vocabs, Vocab.__init__, Vocab.encode, Vocab.nbest, tokenizer._read_kept,
 )  # fmt: skip

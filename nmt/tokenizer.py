@@ -73,6 +73,19 @@ class Vocab:
         ours = self._ours
         return [[ours[i] for i in line] for line in ids]
 
+    def nbest(self, texts: list[str], n: int) -> list[list[list[int]]]:
+        """Per text, its `n` best segmentations (fewer where a short text has fewer), best first,
+        in our ids. With a pruned vocabulary, those that use a piece it lacks are left out (they
+        would read as <unk>): the best one stays wherever `encode` gives no pruned <unk>."""
+        out = self.sp.NBestEncode(texts, nbest_size=n, out_type=int)
+        if self.kept is None:
+            return out
+        ours = self._ours
+        return [
+            [[ours[i] for i in seg] for seg in segs if all(ours[i] != UNK or i == UNK for i in seg)]
+            for segs in out
+        ]
+
     def pieces(self, text: str) -> list[str]:
         return self.id_to_piece(self.encode([text])[0])  # pruned pieces show as <unk>
 
@@ -119,6 +132,83 @@ class Vocabs:
 
     def files(self) -> list[Path]:
         return sorted(set(self.src.files()) | set(self.tgt.files()))
+
+
+# the TokenizerConfig fields that decide how training text is segmented each epoch, not what the
+# tokenizer is: a run may change them and keep its tokenizer (train.init_from, the cache)
+SAMPLING_KEYS = ("sample_alpha", "sample_nbest")
+
+
+class PieceSampler:
+    """Draws one of a text's n best segmentations x with probability proportional to
+    P(x)^alpha: subword regularization (Kudo 2018) as sentencepiece's nbest_size > 0 sampling
+    does it, but from a random stream that is a pure function of (key, example, candidate), so
+    another process draws the same. Why not sentencepiece's own sampler: in 0.2.3 the seed of
+    SetRandomGeneratorSeed is mixed with entropy drawn once per process, so a resumed run (a new
+    process) would draw other segmentations; hence a unigram model and a finite n-best size,
+    which `TokenizerConfig` requires. The candidates come from `Vocab.nbest`, computed once per
+    corpus (`nmt.tokenized`); a segmentation's log-probability is the sum of its pieces' scores."""
+
+    def __init__(self, vocab: Vocab, cfg: TokenizerConfig) -> None:
+        self.alpha = cfg.sample_alpha
+        sp = vocab.sp
+        sp_ids = range(sp.GetPieceSize()) if vocab.kept is None else vocab.kept
+        self._scores = np.array([sp.GetScore(i) for i in sp_ids])  # our id -> log-probability
+
+    def choose(
+        self,
+        counts: np.ndarray,
+        lens: np.ndarray,
+        ids: np.ndarray,
+        examples: np.ndarray,
+        key: tuple[int, ...],
+        limit: int,
+    ) -> np.ndarray:
+        """Row i has `counts[i]` candidates, one after the other in `lens` (their lengths) and
+        `ids` (theirs, flat); row i is example `examples[i]`. Returns, per row, the index of the
+        candidate drawn among all of them, or -1 where none has at most `limit` pieces. Row i's
+        draw is a pure function of (`key`, examples[i], its candidates)."""
+        n, total = len(counts), len(lens)
+        chosen = np.full(n, -1, dtype=np.int64)
+        if total == 0:
+            return chosen
+        cand_of = np.repeat(np.arange(total), lens)
+        score = np.bincount(cand_of, weights=self._scores[ids], minlength=total)
+        # Gumbel-max: the argmax of alpha * score + Gumbel noise is a draw with probabilities
+        # proportional to exp(alpha * score) = P(x)^alpha
+        row_of = np.repeat(np.arange(n), counts)
+        firsts = np.cumsum(counts) - counts
+        rank = np.arange(total) - np.repeat(firsts, counts)
+        noise = _gumbel(key, np.asarray(examples, dtype=np.int64)[row_of], rank)
+        draw = np.where((lens > 0) & (lens <= limit), self.alpha * score + noise, -np.inf)
+        order = np.lexsort((-draw, row_of))  # per row, the highest draw first
+        has = counts > 0
+        chosen[has] = order[firsts[has]]
+        chosen[has & ~np.isfinite(draw[np.maximum(chosen, 0)])] = -1  # none fits
+        return chosen
+
+
+_MASK = (1 << 64) - 1
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser on uint64s: a bijection that scatters nearby inputs."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def _gumbel(key: tuple[int, ...], examples: np.ndarray, rank: np.ndarray) -> np.ndarray:
+    """Standard Gumbel noise, one value per (example, rank), a pure function of (key, example,
+    rank): counter-based, so a draw never depends on which other examples share its batch."""
+    state = 0x9E3779B97F4A7C15
+    for part in key:  # the key's parts folded in, in order (a negative seed included)
+        state = int(_mix(np.array([(state + part) & _MASK], dtype=np.uint64))[0])
+    with np.errstate(over="ignore"):  # uint64 arithmetic wraps, as splitmix64 means it to
+        x = _mix(np.uint64(state) + examples.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))
+        x = _mix(x + rank.astype(np.uint64))
+    uniform = ((x >> np.uint64(11)).astype(np.float64) + 0.5) / 2.0**53  # in (0, 1)
+    return -np.log(-np.log(uniform))
 
 
 def _read_kept(path: Path, size: int) -> list[int]:

@@ -16,6 +16,7 @@ import torch
 from nmt.checkpoint import Checkpoint, load_checkpoint
 from nmt.errors import NMTError
 from nmt.run_config import TrainRunConfig, flatten
+from nmt.tokenizer import SAMPLING_KEYS
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,9 @@ def load_init(cfg: TrainRunConfig) -> Checkpoint:
     _check_same_model(cfg, init.config, "train.init_from")
     key = "data.tokenizer"
     now, then = flatten(cfg.data.tokenizer, key), flatten(init.config.data.tokenizer, key)
-    diff = [d for d in _differences(now, then) if d.split("=")[0] not in UNBOUND]
+    # subword sampling changes the training segmentation, not the tokenizer: a run may turn it on
+    free = (*UNBOUND, *(f"{key}.{name}" for name in SAMPLING_KEYS))
+    diff = [d for d in _differences(now, then) if d.split("=")[0] not in free]
     if diff:
         raise NMTError(
             "train.init_from keeps the checkpoint's tokenizer (the embeddings are tied to it): "

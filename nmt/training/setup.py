@@ -18,6 +18,7 @@ import torch
 
 from nmt import data as data_module
 from nmt import inputs, tokenizer
+from nmt.batches import EpochSampling
 from nmt.cache import building, cache_root, code_digest, copy_files, digest
 from nmt.checkpoint import Checkpoint, load_resume_point
 from nmt.config import Split, TransformerConfig
@@ -31,8 +32,10 @@ from nmt.tokenized import TokenizedCorpus, tokenize
 from nmt.tokenizer import (
     JOINT_FILE,
     KEPT_FILES,
+    SAMPLING_KEYS,
     SRC_FILE,
     TGT_FILE,
+    PieceSampler,
     Vocabs,
     load_vocabs,
     prune_vocabs,
@@ -104,7 +107,7 @@ def prepare_run(
         tokenize(cfg.data, vocabs, cache, source, pairs)
     barrier(where)
     entry = tokenize(cfg.data, vocabs, cache, source, pairs)  # built: every rank finds it
-    train_data = TokenizedCorpus(entry, cfg.data.max_len)
+    train_data = TokenizedCorpus(entry, cfg.data.max_len, _sampling(cfg, vocabs))
     try:  # the caller closes the corpus (`with data.train:`) once it has it
         if len(train_data) == 0:
             raise NMTError("no training pairs left after length filtering (data.max_len)")
@@ -128,6 +131,16 @@ def prepare_run(
     return data, model, resume
 
 
+def _sampling(cfg: TrainRunConfig, vocabs: Vocabs) -> EpochSampling | None:
+    """Subword regularization of the training batches, when data.tokenizer.sample_alpha > 0."""
+    tok = cfg.data.tokenizer
+    if tok.sample_alpha == 0:
+        return None
+    src = PieceSampler(vocabs.src, tok)
+    tgt = src if vocabs.tgt is vocabs.src else PieceSampler(vocabs.tgt, tok)
+    return EpochSampling(src, tgt, cfg.seed, cfg.data.max_len)
+
+
 def _tokenizer(cfg: TrainRunConfig, run_dir: Path, cache: Path, source: str) -> None:
     """The tokenizer of this training split and tokenizer config into `run_dir`: from the cache,
     or trained (on a reproducible sample of at most data.tokenizer.max_sentences lines) into the
@@ -135,7 +148,9 @@ def _tokenizer(cfg: TrainRunConfig, run_dir: Path, cache: Path, source: str) -> 
     tok = cfg.data.tokenizer
     shared = isinstance(cfg.model, TransformerConfig) and cfg.model.share_embeddings
     code = code_digest(TOKENIZER_CODE), spm.__version__
-    key = digest(source, flatten(tok), shared and tok.prune_unseen, *code)
+    # sampling settings decide the training segmentation, not the model: not in the key
+    settings = {k: v for k, v in flatten(tok).items() if k not in SAMPLING_KEYS}
+    key = digest(source, settings, shared and tok.prune_unseen, *code)
     entry = cache / "tokenizers" / key
     if not entry.is_dir():
         log.info("training the tokenizer into %s, once for this corpus and setting", entry)

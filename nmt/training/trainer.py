@@ -168,7 +168,7 @@ class Trainer:
         mine = group[self.where.rank :: world]
         # tokens of the whole update, counted from the index lists on the host: no device sync
         # and no communication, since every rank knows every rank's batches
-        tokens = train.target_tokens(group)
+        tokens = train.target_tokens(group, self.progress.epoch)
         self.schedule.set_step(self.progress.step + 1, self._spent())
         self.optimizer.zero_grad(set_to_none=True)
         self.progress.step += 1  # a skipped update still consumes its batches: resume stays exact
@@ -229,7 +229,8 @@ class Trainer:
     def _backward(self, mine: list[list[int]], tokens: int) -> torch.Tensor:
         """Forward and backward over this rank's batches of the update; summed (loss, nll)."""
         cfg, world, train = self.cfg.train, self.where.world, self.data.train
-        parts = [train.batch(index) for index in mine]
+        # the epoch picks the segmentation under subword sampling (data.tokenizer.sample_alpha)
+        parts = [train.batch(index, self.progress.epoch) for index in mine]
         if cfg.length_step:
             parts = [fixed_shape(b, cfg.batch_tokens, cfg.length_step) for b in parts]
         parts = [batch.to(self.device) for batch in parts]
@@ -259,7 +260,7 @@ class Trainer:
         self.bad.out_of_memory(
             self.progress.step,
             sentences=sum(len(batch) for batch in mine),
-            tokens=train.target_tokens(mine),
+            tokens=train.target_tokens(mine, self.progress.epoch),
             batch_tokens=self.cfg.train.batch_tokens,
             rank=self.where.rank if self.where.active else None,
         )
@@ -357,10 +358,12 @@ class Trainer:
             while progress.step < cfg.max_steps:
                 if cfg.max_epochs and progress.epoch >= cfg.max_epochs:
                     break
-                train = self.data.train
+                # the epoch's lengths: under subword sampling (data.tokenizer.sample_alpha), those
+                # of its draws, a pure function of (seed, epoch) like the plan made from them
+                src_lens, tgt_lens = self.data.train.lengths(progress.epoch)
                 batches = epoch_batches(
-                    train.src_lens, train.tgt_lens, cfg.batch_tokens, self.cfg.seed,
-                    progress.epoch, where.world, cfg.length_step,
+                    src_lens, tgt_lens, cfg.batch_tokens, self.cfg.seed, progress.epoch,
+                    where.world, cfg.length_step,
                 )  # fmt: skip
                 while progress.position < len(batches) and progress.step < cfg.max_steps:
                     group = batches[progress.position : progress.position + per_update]
