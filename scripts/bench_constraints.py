@@ -10,7 +10,7 @@ Constraint sets, built from the files given (seeded, so every run builds the sam
   output lacks, as the oracle experiments of Post & Vilar (2018) and Hu et al. (2019) do. A
   sentence whose output lacks fewer reference words takes reference words it has to make up the
   count (still constraints, to time the search fairly), and one with no usable reference word
-  (letters only, 3 or more of them) gets none.
+  (letters only, 3 or more of them, that the model's target vocabulary can write) gets none.
 - `glossary`: a source word -> target word list (`--glossary`, a TSV file; a small built-in
   German -> English one by default), applied wherever the source word occurs in a sentence.
 
@@ -41,7 +41,10 @@ from nmt.checkpoint import load_checkpoint
 from nmt.config import DecodeConfig, LengthPenalty, Strategy
 from nmt.data import read_lines
 from nmt.device import describe, resolve_device
+from nmt.errors import NMTError
 from nmt.models import restore_model
+from nmt.phrases import constraint_ids
+from nmt.tokenizer import Vocab
 from nmt.translate import Translator
 
 # a fixed glossary for Multi30k-like German: frequent caption words with one fixed translation,
@@ -63,13 +66,25 @@ GLOSSARY_DE_EN = {
 WORD = re.compile(r"[^\W\d_]{3,}")  # a usable constraint word: letters only, 3 or more
 
 
-def oracle(refs: list[str], outputs: list[str], count: int, seed: int) -> list[list[str]]:
+def writable(vocab: Vocab, word: str) -> bool:
+    """Whether the model can write `word` as a constraint (its target vocabulary, pruned to the
+    pieces the training text used, may lack a piece of a rare word)."""
+    try:
+        constraint_ids(vocab, word)
+    except NMTError:
+        return False
+    return True
+
+
+def oracle(
+    refs: list[str], outputs: list[str], count: int, seed: int, vocab: Vocab
+) -> list[list[str]]:
     """Up to `count` reference words per sentence, those the output lacks first."""
     rng = random.Random(seed)
     sets = []
     for ref, out in zip(refs, outputs):
         have = set(out.split())
-        words = list(dict.fromkeys(WORD.findall(ref)))  # distinct, in reference order
+        words = [w for w in dict.fromkeys(WORD.findall(ref)) if writable(vocab, w)]
         missing = [w for w in words if w not in have]
         present = [w for w in words if w in have]
         rng.shuffle(missing)
@@ -137,6 +152,7 @@ def main() -> None:
         glossary = {row[0].strip(): row[1].strip() for row in rows}
     else:
         glossary = GLOSSARY_DE_EN
+    glossary = {k: v for k, v in glossary.items() if writable(ckpt.vocabs.tgt, v)}
     beam = DecodeConfig(
         strategy=Strategy.beam,
         beam_size=args.beam_size,
@@ -148,8 +164,8 @@ def main() -> None:
 
     _, plain = timed(translator, sources, beam, None)
     sets = {
-        "oracle-1": oracle(refs, plain, 1, args.seed),
-        "oracle-2": oracle(refs, plain, 2, args.seed),
+        "oracle-1": oracle(refs, plain, 1, args.seed, ckpt.vocabs.tgt),
+        "oracle-2": oracle(refs, plain, 2, args.seed, ckpt.vocabs.tgt),
         "glossary": glossary_sets(sources, glossary),
     }
     metric = BLEU()
