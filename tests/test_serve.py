@@ -554,3 +554,65 @@ def test_score_answers_what_the_translator_scores(client, translator):
         {"text": texts[0], "translation": "x", "oops": 1},
     ):
         assert client.post("/score", json=bad).status_code == 422, bad
+
+
+def test_info_says_whose_attention_an_ensemble_shows(ckpt):
+    """nmt-serve ckpt=[a,a] ensemble_attention=...: /info names the choice and describes the maps
+    the answers carry (one averaged map, or the chosen member's own), and the maps a /translate
+    answer carries have that shape (the mean of a model with itself is its own map)."""
+    text = SENTENCES[0]
+    alone = Translator.from_checkpoint(ckpt, BEAM, "cpu").translate_full([text], True)[0]
+    want = alone.nbest_maps[0][1].permute(1, 2, 0, 3)  # (L, h, T, S) as the API nests them
+    for shown, expected in [
+        ("mean", {"shown": "mean", "members": 2, "averaged": 2}),
+        ("1", {"shown": 1, "members": 2}),
+        ("-2", {"shown": 0, "members": 2}),  # a negative index counts from the last member
+    ]:
+        config = dataclasses.replace(
+            serve_config(ckpt), ckpt=[str(ckpt), str(ckpt)], ensemble_attention=shown
+        )
+        with TestClient(load_app(config)) as c:
+            info = c.get("/info").json()
+            got = post(c, {"text": text, "attention": True})["translations"][0]["attention"]
+        assert info["ensemble_attention"] == expected, shown
+        assert info["attention_maps"] == {"layers": 1, "heads": 1}
+        weights = torch.tensor(got["hypotheses"][0]["weights"])
+        assert weights.shape == (1, 1, *want.shape[2:])
+        assert torch.allclose(weights, want.float(), atol=2e-4), shown
+
+
+def test_info_describes_the_chosen_members_maps_not_the_first_ones(ckpt):
+    """A GRU (1 map), a Transformer (2 layers x 4 heads) and a GRU without attention: /info's
+    attention_maps follow ensemble_attention; the mean averages the members that have maps."""
+    from nmt.checkpoint import load_checkpoint
+    from nmt.config import AttentionType
+    from nmt.serving.app import ensemble_attention
+
+    gru = load_checkpoint(ckpt)
+    model_cfg = TransformerConfig(d_model=32, heads=4, ff_size=64, encoder_layers=2,
+                                  decoder_layers=2, share_embeddings=False)  # fmt: skip
+    transformer = dataclasses.replace(gru, config=dataclasses.replace(gru.config, model=model_cfg))
+    plain = dataclasses.replace(gru.config.model, attention=AttentionType.none)
+    blind = dataclasses.replace(gru, config=dataclasses.replace(gru.config, model=plain))
+    translator = Translator.from_checkpoint(gru, BEAM, "cpu")
+    members = [gru, transformer, blind]
+    mean = ensemble_attention(translator, members, "mean")
+    assert mean["ensemble_attention"] == {"shown": "mean", "members": 3, "averaged": 2}
+    assert mean["attention_maps"] == {"layers": 1, "heads": 1}
+    second = ensemble_attention(translator, members, 1)
+    assert second["ensemble_attention"] == {"shown": 1, "members": 3}
+    assert second["attention_maps"] == {"layers": 2, "heads": 4}
+    assert ensemble_attention(translator, members, -1)["attention_maps"] is None
+    assert ensemble_attention(translator, [gru, blind], 0)["attention_maps"] == {
+        "layers": 1,
+        "heads": 1,
+    }
+    assert ensemble_attention(translator, [blind, blind], "mean")["attention_maps"] is None
+
+
+def test_the_score_box_script_is_served_and_loaded_by_the_page(client):
+    page = client.get("/")
+    assert page.text.count('src="/static/score.js"') == 1
+    answer = client.get("/static/score.js")
+    assert answer.status_code == 200 and "javascript" in answer.headers["content-type"]
+    assert "/score" in answer.text

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import math
 import os
 import re
 import select
@@ -29,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -265,3 +267,110 @@ def test_the_tree_a_what_if_and_every_layer_and_head(family_server, tmp_path):
             panel = page.locator(".model-view-panel")
             panel.screenshot(path=str(Path(shots) / "serve-model-view.png"))
         assert not errors
+
+
+def score_api(url: str, body: dict) -> tuple[int, dict]:
+    """POST /score: its status and JSON, an error's too."""
+    request = urllib.request.Request(url + "score", data=json.dumps(body).encode())
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, json.load(answer)
+    except urllib.error.HTTPError as err:
+        return err.code, json.load(err)
+
+
+# a chip's title: “piece”: probability P (log-probability L)
+CHIP_TITLE = re.compile(r"probability ([0-9.e+-]+) \(log-probability (-?[0-9.]+)\)")
+BANDS = [(0.1, "p-very-low"), (0.3, "p-low"), (0.5, "p-mid"), (0.8, "p-high")]
+
+
+def test_score_a_translation_as_a_strip_of_pieces(server_url):
+    """The score box starts as the page's translation; edit it, press Ctrl+Enter: the totals and
+    one chip per piece, coloured by its band, as POST /score says; the model's translation comes
+    back with one click; a request the server refuses shows the server's message."""
+    from playwright.sync_api import expect
+
+    want = api(server_url, {"text": SENTENCE})
+    typed = "I see twenty-one red apples."
+    status, scored = score_api(server_url, {"text": SENTENCE, "translation": typed})
+    assert status == 200
+    [scored] = scored["scores"]
+    with browser_page(server_url, 1100) as (page, errors):
+        expect(page.locator("#model")).to_contain_text("de → en")
+        page.locator("#source").fill(SENTENCE)
+        expect(page.locator("#target")).to_have_text(want["text"], timeout=20_000)
+        expect(page.locator("#attention-source")).to_be_hidden()  # one model: its own maps
+        box = page.locator("#score-text")
+        expect(box).to_have_value(want["text"])  # prefilled: editing it is one step
+        expect(page.locator("#score-reset")).to_be_disabled()
+
+        box.fill(typed)
+        box.press("Control+Enter")
+        chips = page.locator("#score-strip .chip")
+        expect(chips).to_have_count(len(scored["pieces"]), timeout=20_000)
+        # the pieces read as the text: ▁ is the space that starts a word
+        assert chips.all_text_contents() == [p.replace("▁", " ") for p in scored["pieces"]]
+        for i, (piece, logprob) in enumerate(zip(scored["pieces"], scored["piece_scores"])):
+            chip = chips.nth(i)
+            shown_p, shown_logprob = CHIP_TITLE.search(chip.get_attribute("title")).groups()
+            assert float(shown_logprob) == pytest.approx(logprob, abs=6e-4), piece
+            p = math.exp(logprob)
+            assert float(shown_p) == pytest.approx(p, abs=6e-4, rel=0.06), piece
+            band = next((name for upper, name in BANDS if p < upper), "p-very-high")
+            assert band in chip.get_attribute("class").split(), (piece, p)
+        expect(page.locator("#score-total")).to_have_text(f"{scored['score']:.3f}")
+        expect(page.locator("#score-normalized")).to_have_text(f"{scored['normalized']:.3f}")
+        expect(page.locator("#score-legend .chip")).to_have_count(5)
+
+        # hover a chip: the line below names it; ← → move the focus along the strip
+        chips.nth(1).hover()
+        expect(page.locator("#score-detail")).to_have_text(chips.nth(1).get_attribute("title"))
+        chips.nth(0).focus()
+        page.keyboard.press("ArrowRight")
+        assert page.evaluate("document.activeElement.dataset.index") == "1"
+
+        # an edit marks the score as out of date; one click brings the model's translation back
+        box.press("End")
+        box.press_sequentially("!")
+        expect(page.locator("#score-stale")).to_be_visible()
+        page.locator("#score-reset").click()
+        expect(box).to_have_value(want["text"])
+        page.locator("#score-button").click()
+        status, own = score_api(server_url, {"text": SENTENCE, "translation": want["text"]})
+        expect(chips).to_have_count(len(own["scores"][0]["pieces"]), timeout=20_000)
+        expect(page.locator("#score-stale")).to_be_hidden()
+
+        # a translation over the server's max_chars: its 413 message, in the box
+        long = "red apples " * 10_000
+        status, refused = score_api(server_url, {"text": SENTENCE, "translation": long})
+        assert status == 413 and "at most" in refused["error"]
+        box.fill(long)
+        box.press("Control+Enter")
+        expect(page.locator("#score-error")).to_have_text(refused["error"], timeout=20_000)
+        expect(page.locator("#score-result")).to_be_hidden()
+        assert not errors
+
+
+CAPTIONS = [("1", "attention: member 2 of 2"), ("mean", "attention: mean over 2 members")]
+
+
+@pytest.mark.parametrize("shown, caption", CAPTIONS)
+def test_an_ensemble_says_whose_attention_the_map_shows(
+    tmp_path_factory, demo_dir, tmp_path, shown, caption
+):
+    """nmt-serve ckpt=[a,a] ensemble_attention=...: the caption above the map names the member
+    shown or the mean (a single model's page has none: the test above)."""
+    from playwright.sync_api import expect
+
+    ckpt = tiny_checkpoint(tmp_path_factory, demo_dir)
+    pair = f"[{ckpt},{ckpt}]"
+    with serving(pair, tmp_path / "server.log", f"ensemble_attention={shown}") as url:
+        want = api(url, {"text": SENTENCE, "attention": True})
+        with browser_page(url, 860) as (page, errors):
+            expect(page.locator("#model")).to_contain_text("ensemble of 2")
+            page.locator("#source").fill(SENTENCE)
+            expect(page.locator("#target")).to_have_text(want["text"], timeout=20_000)
+            expect(page.locator("#attention-source")).to_have_text(caption)
+            rows = page.locator("#heatmap tbody tr")
+            expect(rows).to_have_count(len(want["attention"]["hypotheses"][0]["tgt_pieces"]))
+            assert not errors

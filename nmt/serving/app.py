@@ -5,7 +5,8 @@
     POST /score      {"text": ..., "translation": ...} or {"texts": [...], "translations": [...]}:
                      what the model thinks of given translations (nmt/serving/score.py)
     GET  /health     {"status": "ok"}
-    GET  /info       the model, its languages, vocabularies, decoding defaults, step, valid BLEU
+    GET  /info       the model, its languages, vocabularies, decoding defaults, step, valid BLEU;
+                     for an ensemble, its members and whose attention the answers carry
     GET  /           the page (nmt/serving/web/: plain HTML, CSS and JS, no build step)
 
 Every bad request is answered with a 4xx status and {"error": "..."}; see docs/serve.md for the
@@ -37,7 +38,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from nmt.checkpoint import load_checkpoint
+from nmt.checkpoint import Checkpoint, load_checkpoint
 from nmt.config import DecodeConfig, Strategy
 from nmt.errors import NMTError
 from nmt.run_config import ServeRunConfig, flatten
@@ -252,11 +253,33 @@ def load_app(cfg: ServeRunConfig) -> Starlette:
     ckpts = [load_checkpoint(path) for path in cfg.ckpts]
     translator = Translator.from_command(cfg, cfg.decode, cfg.device, ckpts)
     # an ensemble is described by its first member (data, languages, step), with every member's
-    # path under "ensemble"
+    # path under "ensemble" and the attention it shows
     info = describe_model(translator, ckpts[0].config, ckpts[0].payload)
     if len(ckpts) > 1:
         info["ensemble"] = [str(c.path) for c in ckpts]
+        info.update(ensemble_attention(translator, ckpts, cfg.attention_member))
     return create_app(translator, cfg, info)
+
+
+def ensemble_attention(translator: Translator, ckpts: list[Checkpoint], shown: str | int) -> dict:
+    """What /info says of the attention an ensemble's answers carry (`ensemble_attention`, see
+    nmt/models/ensemble.py): "ensemble_attention" {"shown": "mean" or the member's index from 0,
+    "members": K, and for the mean "averaged": the members with attention, the ones it averages},
+    and "attention_maps" for those maps rather than the first member's: the mean is one map (each
+    member's layers and heads are averaged first), a member's are its own layers and heads."""
+    maps = [describe_model(translator, c.config, c.payload)["attention_maps"] for c in ckpts]
+    if shown == "mean":
+        averaged = sum(m is not None for m in maps)
+        one = {"layers": 1, "heads": 1} if averaged else None
+        return {
+            "ensemble_attention": {"shown": "mean", "members": len(ckpts), "averaged": averaged},
+            "attention_maps": one,
+        }
+    index = int(shown) % len(ckpts)  # ensemble_attention=-1: the last member
+    return {
+        "ensemble_attention": {"shown": index, "members": len(ckpts)},
+        "attention_maps": maps[index],
+    }
 
 
 def listen(host: str, port: int) -> socket.socket:

@@ -1,7 +1,9 @@
 // The nmt-serve page: translate as you type, list the n-best hypotheses, draw the attention of the
 // chosen one as a table (rows = target pieces, columns = source pieces) and every layer and head
 // as small maps; edit the translation or click a node of the search tree to force its start (the
-// API's "prefix") and let the model write the rest. Plain JS, no libraries.
+// API's "prefix") and let the model write the rest. Plain JS, no libraries. The "score a
+// translation" box is score.js: this script tells it of /info and of each translation shown by
+// the events "nmt:info" and "nmt:translation" (detail: the /info answer, the translation or null).
 "use strict";
 
 const DEBOUNCE_MS = 250;
@@ -16,7 +18,7 @@ const ui = {
   nbest: $("nbest"), mapControls: $("map-controls"), layer: $("layer"), head: $("head"),
   heatmap: $("heatmap"), status: $("status"), prefixNote: $("prefix-note"),
   prefixText: $("prefix-text"), clearPrefix: $("clear-prefix"), tree: $("tree"),
-  treeToggle: $("tree-toggle"), modelView: $("model-view"),
+  treeToggle: $("tree-toggle"), modelView: $("model-view"), attentionSource: $("attention-source"),
 };
 
 const state = {
@@ -105,6 +107,7 @@ function showError(message) {
 function show(result) {
   ui.error.hidden = true;
   state.result = result;
+  document.dispatchEvent(new CustomEvent("nmt:translation", { detail: result }));
   state.chosen = 0;
   showTarget(result ? result.text : "");
   showPrefix(result);
@@ -463,16 +466,35 @@ function describeModel(info) {
     ? `Transformer ${info.encoder_layers}+${info.decoder_layers} layers, ${info.heads} heads`
     : `${info.cell.toUpperCase()}, ${capital(info.decoder)} decoder, ${info.scorer} attention`;
   const parts = [`${info.languages.source} → ${info.languages.target}`, arch, `step ${info.step}`];
+  if (info.ensemble) parts.splice(1, 1, `ensemble of ${info.ensemble.length}`, `first member: ${arch}`);
   if (info.validation.bleu !== null) {
     parts.push(`valid BLEU ${info.validation.bleu.toFixed(1)} (${info.validation.decode})`);
   }
   ui.model.textContent = parts.join(" · ");
+  describeAttentionSource(info);
   const limit = String(info.limits.max_beam);
   ui.beamSize.max = ui.nBest.max = limit;
   ui.strategy.value = info.decode.strategy;
   ui.beamSize.value = String(info.decode.beam_size);
   ui.nBest.value = String(info.decode.n_best);
   syncControls();
+}
+
+// an ensemble's answers carry one member's attention or the mean over its members (nmt-serve's
+// ensemble_attention): say which, beside the map
+function describeAttentionSource(info) {
+  const shown = info.ensemble_attention;
+  ui.attentionSource.hidden = !shown;
+  if (!shown) return;
+  if (shown.shown === "mean") {
+    const of = shown.averaged < shown.members ? ` of ${shown.members} (the others have none)` : "";
+    ui.attentionSource.textContent = `attention: mean over ${shown.averaged} members${of}`;
+    ui.attentionSource.title = "each member's layers and heads averaged, then the members, " +
+      "with the ensemble's weights";
+  } else {
+    ui.attentionSource.textContent = `attention: member ${shown.shown + 1} of ${shown.members}`;
+    ui.attentionSource.title = info.ensemble[shown.shown];
+  }
 }
 
 function syncControls() {
@@ -496,6 +518,7 @@ fetch("/info")
   .then((answer) => answer.json())
   .then((info) => {
     describeModel(info);
+    document.dispatchEvent(new CustomEvent("nmt:info", { detail: info }));
     if (ui.source.value.trim()) translate();
   })
   .catch((err) => showError(`cannot read /info: ${err.message}`));
