@@ -8,6 +8,7 @@ names equal their values because OmegaConf matches overrides by name (``model.at
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -172,6 +173,36 @@ class SplitNames:
     test: str = "test"
 
 
+# the specials nmt's tokenizers hold (nmt.tokenizer): no language tag may spell one
+SPECIAL_PIECES = ("<pad>", "<unk>", "<s>", "</s>")
+
+
+@dataclass
+class CorpusConfig:
+    """One entry of `data.corpora` (nmt/corpora.py): a corpus, its languages, its share of an
+    epoch and its tags. A key left null takes the value of `data` (its files, splits, format and
+    languages), so `data.local_dir=DIR` on the command line serves every entry that names none."""
+
+    name: str = ""  # in messages and logs; "" = src_lang-tgt_lang
+    src_lang: str | None = None  # null = data.src_lang
+    tgt_lang: str | None = None  # null = data.tgt_lang
+    local_dir: str | None = None  # this corpus's files; null (and no hub_id) = data's
+    hub_id: str | None = None
+    hub_config: str | None = None
+    format: DataFormat | None = None
+    local_splits: SplitNames | None = None
+    hub_splits: SplitNames | None = None
+    # share of an epoch, with data.temperature: corpus i is drawn with probability
+    # p_i = weight_i * (n_i / N)^(1 / T) / sum_j weight_j * (n_j / N)^(1 / T), n_i its pairs
+    weight: float = 1.0
+    # a piece put before each source (a reserved symbol of the tokenizer, never split): tgt_tag
+    # names the target language (Johnson et al. 2017: "<2fr>"), inserted at translation by
+    # tgt_lang=...; src_tag marks the kind of data (e.g. "<bt>" for back-translation, Caswell et
+    # al. 2019), in training only. Both: the target tag first
+    src_tag: str | None = None
+    tgt_tag: str | None = None
+
+
 @dataclass
 class DataConfig:
     name: str = MISSING
@@ -189,14 +220,88 @@ class DataConfig:
     # None = $XDG_CACHE_HOME/nmt or ~/.cache/nmt
     cache_dir: str | None = None
     num_proc: int = 0  # processes that tokenize the training split the first time; 0 = one a core
+    # several corpora or language pairs in one model (nmt/corpora.py); [] = the one corpus above
+    corpora: list[CorpusConfig] = field(default_factory=list)
+    # sampling across data.corpora: T = 1 keeps each corpus's own share (weights aside), a larger
+    # T flattens the shares toward uniform (multilingual NMT uses T = 5)
+    temperature: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.hub_id is None and self.local_dir is None:
+        if self.hub_id is None and self.local_dir is None and not self._all_have_files():
             raise NMTError(f"data {self.name!r}: set data.hub_id or data.local_dir")
         if self.max_len < 1:
             raise NMTError(f"data.max_len={self.max_len} must be positive")
         if self.num_proc < 0:
             raise NMTError(f"data.num_proc={self.num_proc} must be 0 (one a core) or positive")
+        if self.corpora:
+            self._check_corpora()
+
+    def _all_have_files(self) -> bool:
+        return bool(self.corpora) and all(c.local_dir or c.hub_id for c in self.corpora)
+
+    def languages(self, corpus: CorpusConfig) -> tuple[str, str]:
+        """(source, target) language of an entry of `corpora`."""
+        return corpus.src_lang or self.src_lang, corpus.tgt_lang or self.tgt_lang
+
+    def target_tags(self) -> dict[str, str | None]:
+        """Target language -> the tag that asks for it: what a model trained on this config
+        translates into, {tgt_lang: None} for a model without target tags."""
+        if not self.corpora:
+            return {self.tgt_lang: None}
+        return {self.languages(c)[1]: c.tgt_tag for c in self.corpora}
+
+    def _check_corpora(self) -> None:
+        if not (math.isfinite(self.temperature) and self.temperature > 0):
+            raise NMTError(f"data.temperature={self.temperature} must be a positive number")
+        weights = [c.weight for c in self.corpora]
+        if not all(math.isfinite(w) and w >= 0 for w in weights) or not sum(weights) > 0:
+            raise NMTError(
+                f"data.corpora weights {weights}: each must be a finite number >= 0, and their "
+                "sum positive"
+            )
+        names = [c.name or "-".join(self.languages(c)) for c in self.corpora]
+        tags: dict[str, str] = {}  # tag -> what it means, to catch one piece with two meanings
+        for i, (corpus, name) in enumerate(zip(self.corpora, names)):
+            tgt = self.languages(corpus)[1]
+            where = f"data.corpora[{i}] ({name})"
+            # a source tag marks a kind of data wherever it is; a target tag, one language
+            for role, tag, meaning in (("src_tag", corpus.src_tag, "a source tag"),
+                                       ("tgt_tag", corpus.tgt_tag, f"target {tgt}")):  # fmt: skip
+                if tag is None:
+                    continue
+                if not tag or tag != tag.strip() or any(ch.isspace() for ch in tag):
+                    raise NMTError(f"{where}.{role}={tag!r}: a tag is one word, without spaces")
+                if tag in SPECIAL_PIECES:
+                    raise NMTError(f"{where}.{role}={tag!r} is a special piece of the tokenizer")
+                if tags.setdefault(tag, meaning) != meaning:
+                    raise NMTError(
+                        f"{where}.{role}={tag!r} would mean {meaning}, but another entry uses it "
+                        f"for {tags[tag]}: one tag, one meaning"
+                    )
+        tagged = [c.tgt_tag is not None for c in self.corpora]
+        targets = {self.languages(c)[1] for c in self.corpora}
+        if any(tagged) and not all(tagged):
+            missing = [n for n, t in zip(names, tagged) if not t]
+            raise NMTError(
+                f"data.corpora: {', '.join(missing)} have no tgt_tag while others do: a model "
+                "with target tags needs one on every corpus (translation inserts it)"
+            )
+        if any(tagged):
+            by_lang: dict[str, str] = {}
+            for corpus in self.corpora:
+                lang = self.languages(corpus)[1]
+                if by_lang.setdefault(lang, corpus.tgt_tag) != corpus.tgt_tag:
+                    raise NMTError(
+                        f"data.corpora: target {lang} has the tags {by_lang[lang]!r} and "
+                        f"{corpus.tgt_tag!r}: give each target language one tag"
+                    )
+        elif targets != {self.tgt_lang}:
+            raise NMTError(
+                f"data.corpora translate into {sorted(targets)} but data.tgt_lang="
+                f"{self.tgt_lang}: a model without target tags translates into one language; "
+                "make every corpus's tgt_lang the run's, or give every corpus a tgt_tag "
+                "(e.g. tgt_tag='<2fr>')"
+            )
 
 
 @dataclass

@@ -22,6 +22,7 @@ from nmt.config import (
     EnsembleCombine,
     ModelConfig,
     Split,
+    Strategy,
     TrainConfig,
     TransformerConfig,
     model_schema,
@@ -118,6 +119,9 @@ class EvaluateRunConfig(CheckpointsConfig):
     attention_layer: int | None = -1  # which attention layer they show; None = mean of layers
     attention_head: int | None = None  # which head; None = mean of heads
     heatmap_grid: bool = False  # also one PNG per sentence with every layer and head
+    # a model trained on data.corpora: the direction scored, "de-en" (its corpus's split, its
+    # target tag; with src_file, the tag alone); null = every direction in turn, each reported
+    direction: str | None = None
     # hypothesis files (one path, or a list) compared with this checkpoint's own hypotheses:
     # BLEU, chrF and TER with 95% confidence intervals and paired-bootstrap p-values
     compare: Any = None  # str | list[str] | None (OmegaConf has no union of str and list)
@@ -129,6 +133,8 @@ class EvaluateRunConfig(CheckpointsConfig):
         if (self.src_file is None) != (self.ref_file is None):
             raise NMTError("give both src_file and ref_file, or neither")
         self.compare = _paths("compare", self.compare)
+        if self.direction is not None and len(self.direction.split("-")) != 2:
+            raise NMTError(f"direction={self.direction!r}: expected SRC-TGT, e.g. direction=de-en")
         if len(self.ckpts) > 1 and not self.out_dir:
             raise NMTError(
                 "an ensemble (ckpt=[...]) needs out_dir=DIR: its hypotheses are no one member's"
@@ -148,12 +154,18 @@ class TranslateRunConfig(CheckpointsConfig):
     # batch mode: each input line is source<TAB>prefix, and its translation starts with the
     # prefix (forced, scored by the model; a line without a tab has none)
     prefix_tsv: bool = False
+    # batch mode: each input line is source<TAB>phrase<TAB>phrase..., and its translation contains
+    # every phrase (positive constraints, beam search only; a line without a tab has none)
+    constraints_tsv: bool = False
     # checkpoints (a path or a list) that rescore each line's n-best list (nmt/rerank.py): the
     # translation is the hypothesis with the best weighted sum of the features; batch mode only
     rerank: Any = None  # str | list[str] | None (OmegaConf has no union of str and list)
     # the features' weights: the main model's normalised score, then each rerank model's
     # log-probability per piece; None = equal (scripts/rerank_tune.py chooses them on valid)
     rerank_weights: list[float] | None = None
+    # a model trained with target tags (data.corpora): the language to translate into, "fr";
+    # null = its one target language (an error naming them when it has several)
+    tgt_lang: str | None = None
     device: str = "auto"
 
     def __post_init__(self) -> None:
@@ -167,6 +179,28 @@ class TranslateRunConfig(CheckpointsConfig):
         if self.rerank:
             check_rerank_weights(len(self.rerank), self.rerank_weights)
             check_rerank_nbest(self.decode)
+        if self.constraints_tsv:
+            self._check_constraints_tsv()
+
+    def _check_constraints_tsv(self) -> None:
+        """constraints_tsv's combinations, refused before any checkpoint is read."""
+        if self.prefix_tsv:
+            raise NMTError(
+                "prefix_tsv=true and constraints_tsv=true both read the columns after a line's "
+                "tab: choose one (a prefix for every line can be decode.prefix=TEXT)"
+            )
+        if self.decode.strategy != Strategy.beam:
+            raise NMTError(
+                f"constraints_tsv=true needs decode=beam (got decode.strategy="
+                f"{self.decode.strategy.value}): only beam search keeps hypotheses that meet "
+                "the constraints; set decode=beam (nmt-translate's default)"
+            )
+        if self.decode.constraints:
+            raise NMTError(
+                f"constraints_tsv=true and decode.constraints={self.decode.constraints}: a "
+                "line's constraints come from its TSV columns; give these in every line, or "
+                "drop constraints_tsv"
+            )
 
 
 def check_rerank_weights(models: int, weights: Sequence[float] | None) -> list[float]:

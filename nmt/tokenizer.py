@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -222,19 +222,27 @@ def _read_kept(path: Path, size: int) -> list[int]:
 
 
 def prune_vocabs(
-    vocabs: Vocabs, src_lines: Iterable[str], tgt_lines: Iterable[str], out_dir: Path, shared: bool
+    vocabs: Vocabs,
+    src_lines: Iterable[str],
+    tgt_lines: Iterable[str],
+    out_dir: Path,
+    shared: bool,
+    symbols: Sequence[str] = (),
 ) -> Vocabs:
     """Prune the target side to the pieces its training text uses (the output layer never has to
     score a piece it was never shown). `shared` (one embedding table for both sides) keeps the
     union on the source side, ordered so that the target's pieces come first: the target ids are
     then the first ids of the source's, one id space, and a tied output layer scores only the
-    first len(tgt) rows of the table. Writes KEPT_FILES into `out_dir`. The lines are read as a
+    first len(tgt) rows of the table. The source side keeps `symbols` (language tags: pieces of
+    the source that no text holds). Writes KEPT_FILES into `out_dir`. The lines are read as a
     stream, a chunk at a time."""
     specials = list(range(EOS + 1))  # the specials keep their ids
     target = set(specials) | _pieces_used(vocabs.tgt.sp, tgt_lines)
     kept = {"tgt": specials + sorted(target - set(specials))}
     if shared:
-        source = _pieces_used(vocabs.src.sp, src_lines)
+        source = _pieces_used(vocabs.src.sp, src_lines) | {
+            vocabs.src.sp.PieceToId(s) for s in symbols
+        }
         kept["src"] = kept["tgt"] + sorted(source - target)
     for side, ids in kept.items():
         sp = getattr(vocabs, side).sp
@@ -262,12 +270,16 @@ def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
         yield chunk
 
 
-def train_piece_model(sides: list[Iterable[str]], prefix: Path, cfg: TokenizerConfig) -> Path:
+def train_piece_model(
+    sides: list[Iterable[str]], prefix: Path, cfg: TokenizerConfig, symbols: Sequence[str] = ()
+) -> Path:
     """Train one sentencepiece model on the lines of `sides` (one or two texts, each iterable
-    twice: once to count, once to read); returns the path of ``prefix``.model."""
+    twice: once to count, once to read); returns the path of ``prefix``.model. `symbols` (language
+    tags) become pieces of their own, never split, ids EOS + 1 onwards; a text that holds one is
+    an NMTError (it would read as the tag)."""
     prefix.parent.mkdir(parents=True, exist_ok=True)
     try:
-        _train(_sample(sides, cfg.max_sentences), prefix, cfg)
+        _train(_sample(sides, cfg.max_sentences, symbols), prefix, cfg, symbols)
     except RuntimeError as err:  # e.g. a vocabulary smaller than the character set
         reason = str(err).split("]")[-1].strip() or str(err).strip()
         raise NMTError(f"sentencepiece training failed: {reason}") from err
@@ -283,11 +295,12 @@ def train_piece_model(sides: list[Iterable[str]], prefix: Path, cfg: TokenizerCo
     return path
 
 
-def _sample(sides: list[Iterable[str]], most: int) -> Iterator[str]:
+def _sample(sides: list[Iterable[str]], most: int, symbols: Sequence[str] = ()) -> Iterator[str]:
     """The non-blank lines of `sides` in order, or, when there are more than `most`, `most` of
     them drawn reproducibly (a fixed seed; sentencepiece's own sampling is seeded per process).
-    Streamed: the text is never held whole."""
-    total = sum(1 for side in sides for line in side if line)
+    Streamed: the text is never held whole. The counting pass refuses a line holding one of
+    `symbols`."""
+    total = sum(1 for side in sides for line in side if line and _no_symbol(line, symbols))
     if total == 0:
         raise NMTError("the training split has no text to train the tokenizer on")
     chosen = None
@@ -306,8 +319,24 @@ def _sample(sides: list[Iterable[str]], most: int) -> Iterator[str]:
             n += 1
 
 
-def _train(lines: Iterator[str], prefix: Path, cfg: TokenizerConfig) -> None:
+def _no_symbol(line: str, symbols: Sequence[str]) -> bool:
+    for symbol in symbols:
+        if symbol in line:
+            raise NMTError(
+                f"the training text holds the tag {symbol!r} ({line[:80]!r}): a tag is a piece of "
+                "its own, and text holding it would read as the tag; choose another tag "
+                "(data.corpora[].src_tag / tgt_tag)"
+            )
+    return True
+
+
+def _train(
+    lines: Iterator[str], prefix: Path, cfg: TokenizerConfig, symbols: Sequence[str] = ()
+) -> None:
+    # only given when there are tags: the models of runs without them stay byte for byte
+    extra = {"user_defined_symbols": list(symbols)} if symbols else {}
     spm.SentencePieceTrainer.Train(
+        **extra,
         sentence_iterator=lines,
         model_prefix=str(prefix),
         model_type=cfg.model_type.value,
@@ -326,19 +355,24 @@ def _train(lines: Iterator[str], prefix: Path, cfg: TokenizerConfig) -> None:
 
 
 def train_vocabs(
-    src_lines: Iterable[str], tgt_lines: Iterable[str], out_dir: Path, cfg: TokenizerConfig
+    src_lines: Iterable[str],
+    tgt_lines: Iterable[str],
+    out_dir: Path,
+    cfg: TokenizerConfig,
+    symbols: Sequence[str] = (),
 ) -> Vocabs:
     """Train joint or separate models on the training split and write them into `out_dir`.
-    The lines may be lists or streams that can be iterated more than once."""
+    The lines may be lists or streams that can be iterated more than once. `symbols` (language
+    tags, put before sources) are reserved pieces of the source side's model."""
     for name in KEPT_FILES.values():  # a pruned list of an earlier run in this directory
         (out_dir / name).unlink(missing_ok=True)
     if cfg.joint:
         path = train_piece_model(
-            [src_lines, tgt_lines], out_dir / JOINT_FILE.removesuffix(".model"), cfg
+            [src_lines, tgt_lines], out_dir / JOINT_FILE.removesuffix(".model"), cfg, symbols
         )
         vocab = Vocab(path)
         return Vocabs(vocab, vocab)
-    src = train_piece_model([src_lines], out_dir / SRC_FILE.removesuffix(".model"), cfg)
+    src = train_piece_model([src_lines], out_dir / SRC_FILE.removesuffix(".model"), cfg, symbols)
     tgt = train_piece_model([tgt_lines], out_dir / TGT_FILE.removesuffix(".model"), cfg)
     return Vocabs(Vocab(src), Vocab(tgt))
 

@@ -105,15 +105,68 @@ class Translator:
         device: torch.device,
         lexicon: Lexicon | None = None,
         decode: DecodeConfig | None = None,
+        tags: dict[str, str | None] | None = None,
     ) -> None:
         """`lexicon` (the checkpoint's) is needed by `decode.shortlist` alone; `decode` is what
-        a call without settings of its own decodes with (default: greedy)."""
+        a call without settings of its own decodes with (default: greedy). `tags`: target
+        language -> the tag piece put before a source to ask for it (`DataConfig.target_tags`:
+        {lang: None} for a model without target tags; None: languages unknown)."""
         self.model = model.eval()
         self.vocabs = vocabs
         self.device = device
         self.lexicon = lexicon
         self.decode = decode or DecodeConfig()
+        self.tags = dict(tags or {})
+        self._tag_ids = {  # a tag the tokenizer lacks fails here, not at the first translation
+            lang: self._tag_id(tag) for lang, tag in self.tags.items() if tag is not None
+        }
         self.check(self.decode)
+
+    @property
+    def languages(self) -> list[str]:
+        """The target languages this model translates into (the tgt_lang values it takes)."""
+        return list(self.tags)
+
+    def _tag_id(self, tag: str) -> int:
+        i = self.vocabs.src.piece_to_id(tag)
+        if i == UNK or self.vocabs.src.id_to_piece([i]) != [tag]:
+            raise NMTError(f"the model's tokenizer has no piece {tag!r} for its target tag")
+        return i
+
+    def target_prefix(self, tgt_lang: str | None) -> list[int]:
+        """The ids put before each source to translate into `tgt_lang`: its tag, or nothing
+        for a model without target tags. An NMTError names the languages when `tgt_lang` is
+        not one of them, or is None for a model with several."""
+        if tgt_lang is None:
+            if not self._tag_ids:
+                return []
+            if len(self._tag_ids) == 1:
+                return list(self._tag_ids.values())
+            raise NMTError(
+                f"this model translates into {', '.join(self.languages)}: say which with "
+                f"tgt_lang (one of {', '.join(self.languages)})"
+            )
+        if tgt_lang not in self.tags:
+            known = ", ".join(self.languages) or "a language its checkpoint does not name"
+            raise NMTError(f"tgt_lang={tgt_lang!r}: this model translates into {known}")
+        tag = self._tag_ids.get(tgt_lang)
+        return [] if tag is None else [tag]
+
+    def _sources(
+        self,
+        texts: list[str],
+        decode: DecodeConfig,
+        tgt_lang: str | None,
+        first_line: int = 1,
+        warn: bool = True,
+    ) -> Sources:
+        """`read_sources` with the target tag put before each source (after the cut to
+        decode.max_src_pieces, so a long text keeps its tag)."""
+        prefix = self.target_prefix(tgt_lang)
+        sources = read_sources(self.vocabs.src, texts, decode.max_src_pieces, first_line, warn)
+        if prefix:
+            sources.ids = [prefix + ids for ids in sources.ids]
+        return sources
 
     @classmethod
     def from_checkpoint(
@@ -126,8 +179,9 @@ class Translator:
             ckpt = load_checkpoint(ckpt)
         dev = resolve_device(device)
         return cls(
-            restore_model(ckpt, dev), ckpt.vocabs, dev, ckpt.lexicon, decode or ckpt.config.decode
-        )
+            restore_model(ckpt, dev), ckpt.vocabs, dev, ckpt.lexicon, decode or ckpt.config.decode,
+            ckpt.config.data.target_tags(),
+        )  # fmt: skip
 
     @classmethod
     def from_checkpoints(
@@ -149,7 +203,10 @@ class Translator:
         dev = resolve_device(device)
         model, loaded = load_ensemble(ckpts, dev, weights, combine, attention)
         first = loaded[0]
-        return cls(model, first.vocabs, dev, first.lexicon, decode or first.config.decode)
+        return cls(
+            model, first.vocabs, dev, first.lexicon, decode or first.config.decode,
+            first.config.data.target_tags(),
+        )  # fmt: skip
 
     @classmethod
     def from_command(
@@ -184,12 +241,16 @@ class Translator:
             )
 
     def check_prefixes(
-        self, texts: list[str], prefixes: list[str], decode: DecodeConfig | None = None
+        self,
+        texts: list[str],
+        prefixes: list[str],
+        decode: DecodeConfig | None = None,
+        tgt_lang: str | None = None,
     ) -> None:
         """Raise NMTError if a prefix cannot be forced on its text (see the module's notes),
         without translating: a server checks a request before it joins a batch."""
         decode = decode or self.decode
-        sources = read_sources(self.vocabs.src, texts, decode.max_src_pieces, warn=False)
+        sources = self._sources(texts, decode, tgt_lang, warn=False)
         prefix_ids(self.vocabs.tgt, prefixes, sources, decode, 1, "text")
 
     def banned_ids(
@@ -212,6 +273,7 @@ class Translator:
         prefixes: list[str] | None = None,
         banned: list[str] | None = None,
         first_line: int = 1,
+        tgt_lang: str | None = None,
     ) -> list[list[list[int]]]:
         """The piece sequences each text's translation must contain (`constraints`: one list of
         phrases per text; None: `decode.constraints` for every text), one list per text ([] for
@@ -220,9 +282,9 @@ class Translator:
         cannot be met: a blank phrase, a piece the target vocabulary lacks, a banned phrase
         (`decode.banned` and `banned`) inside one, more pieces than the length limit leaves after
         the text's forced prefix (`prefixes`, or `decode.prefix`), or decode.strategy other than
-        beam."""
+        beam. `tgt_lang` as `translate_full`."""
         decode = decode or self.decode
-        sources = read_sources(self.vocabs.src, texts, decode.max_src_pieces, warn=False)
+        sources = self._sources(texts, decode, tgt_lang, warn=False)
         wanted = [decode.prefix] * len(texts) if prefixes is None else prefixes
         forced = prefix_ids(self.vocabs.tgt, wanted, sources, decode, first_line, "text")
         required = self._required(sources, constraints, forced, banned, decode, first_line, "text")
@@ -280,11 +342,12 @@ class Translator:
         prefixes: list[str] | None = None,
         banned: list[str] | None = None,
         constraints: list[list[str]] | None = None,
+        tgt_lang: str | None = None,
     ) -> list[str]:
-        """The best translation of each text."""
+        """The best translation of each text (into `tgt_lang`: see `translate_full`)."""
         full = self.translate_full(
             texts, False, decode=decode, first_line=first_line, prefixes=prefixes, banned=banned,
-            constraints=constraints,
+            constraints=constraints, tgt_lang=tgt_lang,
         )  # fmt: skip
         return [t.text for t in full]
 
@@ -299,6 +362,7 @@ class Translator:
         tree: bool = False,
         banned: list[str] | None = None,
         constraints: list[list[str]] | None = None,
+        tgt_lang: str | None = None,
     ) -> list[Translation]:
         """The best translation of each text with its n-best list and (when `attention`) its
         attention maps. A text longer than `decode.max_src_pieces` is translated from its first
@@ -308,11 +372,13 @@ class Translator:
         translation (`banned_ids`; a forced prefix is forced even if it holds one);
         `constraints` (one list of phrases per text) replace `decode.constraints`, and appear in
         every translation (`constraint_ids` says which are refused: an NMTError naming the line;
-        `Translation.constraint_spans` says where they are)."""
+        `Translation.constraint_spans` says where they are). `tgt_lang` picks the target
+        language of a model trained with target tags (data.corpora): its tag is put before each
+        source (`target_prefix`; optional where the model has one target language)."""
         decode = decode or self.decode
         if decode is not self.decode:
             self.check(decode)
-        sources = read_sources(self.vocabs.src, texts, decode.max_src_pieces, first_line)
+        sources = self._sources(texts, decode, tgt_lang, first_line)
         wanted = [decode.prefix] * len(texts) if prefixes is None else prefixes
         forced_ids = prefix_ids(self.vocabs.tgt, wanted, sources, decode, first_line)
         blocked = self.banned_ids(banned, decode)
@@ -368,6 +434,7 @@ class Translator:
         *,
         decode: DecodeConfig | None = None,
         first_line: int = 1,
+        tgt_lang: str | None = None,
     ) -> list[Scored]:
         """What the model thinks of each given translation of its source: the log-probability
         of each of its pieces and of the EOS after them, their total, and the total with
@@ -383,7 +450,7 @@ class Translator:
         decode = decode or self.decode
         if decode is not self.decode:
             self.check(decode)
-        read = read_sources(self.vocabs.src, sources, decode.max_src_pieces, first_line)
+        read = self._sources(sources, decode, tgt_lang, first_line)
         src_ids = read.place(read.ids, lambda i: [EOS])
         texts = [clean(t) for t in translations]
         tgt_ids = self.vocabs.tgt.encode(texts) if any(texts) else [[] for _ in texts]

@@ -3,6 +3,8 @@ sacreBLEU (`nmt.metrics`: detokenized output against the raw references, signatu
 and draw the attention of the first sentences. With `compare=FILE` (or a list), each hypothesis
 file is compared with the checkpoint's own hypotheses (the baseline) by paired bootstrap
 resampling: scores with 95% confidence intervals and p-values, in the output and scores.json.
+A model trained on several corpora (data.corpora) is scored per direction (`direction=de-en`, or
+each in turn): that corpus's split, translated with its target tag, into `<split>.<direction>.*`.
 """
 
 from __future__ import annotations
@@ -11,9 +13,11 @@ import json
 import sys
 from pathlib import Path
 
+from nmt import corpora
 from nmt.attention_map import save_heatmap, save_heatmap_grid
 from nmt.checkpoint import load_checkpoint
-from nmt.data import read_lines, read_split
+from nmt.config import DataConfig
+from nmt.data import Corpus, read_lines, read_split
 from nmt.errors import NMTError
 from nmt.metrics import Scores, compare, score
 from nmt.run_config import EvaluateRunConfig
@@ -28,20 +32,64 @@ def _out_dir(cfg: EvaluateRunConfig, ckpt_path: Path) -> Path:
     return real.parent.parent / "eval" if real.parent.name == "checkpoints" else real / "eval"
 
 
+def _splits(cfg: EvaluateRunConfig, data: DataConfig) -> list[tuple[str, Corpus, str | None]]:
+    """(name, pairs, target language) of each split to score: the data's split, or for a model
+    trained on data.corpora, that split of `direction`'s corpus (every direction when none)."""
+    if not data.corpora:
+        own = f"{data.src_lang}-{data.tgt_lang}"
+        if cfg.direction not in (None, own):
+            raise NMTError(f"direction={cfg.direction}: this model's data is {own} alone")
+        return [(cfg.split.value, read_split(data, cfg.split), None)]
+    known = corpora.directions(data)
+    if cfg.direction is not None and cfg.direction not in known:
+        raise NMTError(
+            f"direction={cfg.direction}: the model's corpora are {', '.join(known)}; "
+            f"e.g. direction={next(iter(known))}"
+        )
+    wanted = [cfg.direction] if cfg.direction else list(known)
+    # every split is read before any decoding: a missing file fails in a second
+    return [
+        (f"{cfg.split.value}.{d}", read_split(known[d][0], cfg.split), known[d][0].tgt_lang)
+        for d in wanted
+    ]
+
+
 def evaluate_main(cfg: EvaluateRunConfig) -> Scores:
+    """Score the split (each direction's, for a model of several corpora: see `_splits`); the
+    scores of the last one scored."""
     ckpts = [load_checkpoint(path) for path in cfg.ckpts]
     ckpt = ckpts[0]  # an ensemble's: its first member's data config, step and path are reported
     translator = Translator.from_command(cfg, cfg.decode, cfg.device, ckpts)
     if cfg.src_file is not None:
         sources, references = read_lines(Path(cfg.src_file)), read_lines(Path(cfg.ref_file))
-        name = Path(cfg.src_file).name
         if len(sources) != len(references):
             raise NMTError(
                 f"{cfg.src_file} has {len(sources)} lines but {cfg.ref_file} has {len(references)}"
             )
+        # a direction given with files says which target tag to translate with
+        tgt_lang = cfg.direction.split("-")[1] if cfg.direction else None
+        splits = [(Path(cfg.src_file).name, Corpus(sources, references), tgt_lang)]
     else:
-        corpus = read_split(cfg.data or ckpt.config.data, cfg.split)
-        sources, references, name = corpus.src, corpus.tgt, cfg.split.value
+        splits = _splits(cfg, cfg.data or ckpt.config.data)
+    if cfg.compare and len(splits) > 1:
+        raise NMTError("compare=... compares one split's hypotheses: give direction=SRC-TGT")
+    scores = None
+    for name, corpus, tgt_lang in splits:
+        scores = _evaluate(cfg, ckpts, translator, name, corpus.src, corpus.tgt, tgt_lang)
+    return scores
+
+
+def _evaluate(
+    cfg: EvaluateRunConfig,
+    ckpts: list,
+    translator: Translator,
+    name: str,
+    sources: list[str],
+    references: list[str],
+    tgt_lang: str | None,
+) -> Scores:
+    ckpt = ckpts[0]
+    translator.target_prefix(tgt_lang)  # a model that needs tgt_lang fails before any work
 
     # the systems to compare, checked before any decoding: a wrong file fails in a second
     for path in cfg.compare:
@@ -58,7 +106,9 @@ def evaluate_main(cfg: EvaluateRunConfig) -> Scores:
     out.mkdir(parents=True, exist_ok=True)
     # heatmaps first, from their own small decode: a bad attention_layer fails in seconds, and the
     # full decode need not keep attention maps (greedy and beam output does not depend on the batch)
-    for k, result in enumerate(translator.translate_full(sources[: cfg.heatmaps])):
+    for k, result in enumerate(
+        translator.translate_full(sources[: cfg.heatmaps], tgt_lang=tgt_lang)
+    ):
         weights = result.attention(cfg.attention_layer, cfg.attention_head)
         if weights is None:
             continue
@@ -67,7 +117,7 @@ def evaluate_main(cfg: EvaluateRunConfig) -> Scores:
         if cfg.heatmap_grid:
             save_heatmap_grid(*pieces, result.maps, out / f"{name}.heads.{k}.png", result.text)
 
-    hypotheses = translator.translate(sources)
+    hypotheses = translator.translate(sources, tgt_lang=tgt_lang)
     scores = score(hypotheses, references)
     comparison = None
     if others:
@@ -78,6 +128,7 @@ def evaluate_main(cfg: EvaluateRunConfig) -> Scores:
         "checkpoint": str(ckpt.path),
         "step": ckpt.payload["step"],
         "split": name,
+        **({"tgt_lang": tgt_lang} if tgt_lang else {}),
         "sentences": len(sources),
         "decode": cfg.decode.describe(),
         **scores.to_dict(),

@@ -1,9 +1,15 @@
 """nmt-translate: translate standard input or a file, N lines in, N lines out in the same order (a
 blank line gives a blank line, no output line holds a newline), or an interactive prompt on a
 terminal. With `prefix_tsv=true` each line is `source<TAB>prefix`: its translation starts with
-the prefix. At the prompt, `/prefix TEXT` forces a prefix ("what if"), `/tree` prints the search
-tree of the last sentence. With `rerank=[ckpt,...]` other models rescore each line's n-best list
-and the best weighted sum (`rerank_weights`) is the translation (`nmt.rerank`; batch mode only).
+the prefix. With `constraints_tsv=true` each line is `source<TAB>phrase<TAB>phrase...`: its
+translation contains every phrase (beam search; `Translator.translate_full`'s `constraints`). A
+line whose prefix or constraints cannot be met is an error naming it: with input=FILE every line
+is checked before any is translated, so nothing is written; a pipe cannot be read twice, so its
+lines are checked a chunk at a time, just before they are translated. At the prompt, `/prefix
+TEXT` forces a prefix ("what if"), `/include` and `/avoid` set phrases every translation must
+contain or must not, `/tree` prints the search tree of the last sentence. With `rerank=[ckpt,...]`
+other models rescore each line's n-best list and the best weighted sum (`rerank_weights`) is the
+translation (`nmt.rerank`; batch mode only).
 
 Lines are read by a thread of their own (`arrivals`), so a pause in a pipe never holds back the
 translations of the lines that came before it, and memory stays bounded however long the input.
@@ -13,19 +19,23 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import os
 import queue
 import sys
 import threading
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from typing import TextIO
 
 from nmt.attention_map import format_attention, save_heatmap
 from nmt.beam_tree import BeamTree
 from nmt.config import DecodeConfig, Strategy
 from nmt.errors import NMTError
-from nmt.rerank import Reranker
+from nmt.phrases import constraint_ids
+from nmt.rerank import Candidates, Reranker
 from nmt.run_config import TranslateRunConfig
+from nmt.search.positive import NEED_BEAM
 from nmt.translate import Translation, Translator
 
 CHUNK_LINES = 1000  # batch mode translates at most this many lines at a time
@@ -38,11 +48,14 @@ def translate_stream(
     nbest_tsv: bool = False,
     prefix_tsv: bool = False,
     reranker: Reranker | None = None,
+    constraints_tsv: bool = False,
 ) -> Iterator[str]:
     """Translate an unbounded stream, keeping the order. Yields one line per input line, or
     with `nbest_tsv` one `line<TAB>rank<TAB>score<TAB>text` row per hypothesis (line and rank
     from 1; a blank input line gives one row with an empty text). With `prefix_tsv` an input
-    line is `source<TAB>prefix` (split at its first tab; no tab: no prefix). With a `reranker`
+    line is `source<TAB>prefix` (split at its first tab; no tab: no prefix); with
+    `constraints_tsv` it is `source<TAB>phrase<TAB>phrase...`, and every hypothesis of the line
+    contains its phrases (`split_columns`). With a `reranker`
     (whose main model is `translator`) each line's n-best list is rescored (`nmt.rerank`): the
     line is its best hypothesis, and the n-best rows are in its order, with its combined score.
 
@@ -55,12 +68,9 @@ def translate_stream(
     wait_full = decode.strategy == Strategy.sample
     for chunk in arrivals(lines, CHUNK_LINES, wait_full):
         chunk = [line.rstrip("\n") for line in chunk]
-        prefixes = None
-        if prefix_tsv:
-            split = [line.partition("\t") for line in chunk]
-            chunk, prefixes = [s for s, _, _ in split], [p for _, _, p in split]
+        chunk, prefixes, constraints = split_columns(chunk, prefix_tsv, constraints_tsv)
         if reranker is not None:
-            found = reranker.candidates(chunk, decode=decode, first_line=first, prefixes=prefixes)
+            found = _candidates(reranker, chunk, decode, first, prefixes, constraints)
             for n, candidates in enumerate(found, first):
                 ranked = candidates.ranked(reranker.weights)
                 if not nbest_tsv:
@@ -70,16 +80,87 @@ def translate_stream(
                     yield f"{n}\t{rank}\t{score:.4f}\t{text}"
         elif not nbest_tsv:
             yield from translator.translate(
-                chunk, decode=decode, first_line=first, prefixes=prefixes
+                chunk, decode=decode, first_line=first, prefixes=prefixes, constraints=constraints
             )
         else:
             results = translator.translate_full(
-                chunk, False, decode=decode, first_line=first, prefixes=prefixes
-            )
+                chunk, False, decode=decode, first_line=first, prefixes=prefixes,
+                constraints=constraints,
+            )  # fmt: skip
             for n, result in enumerate(results, first):
                 for rank, (text, score) in enumerate(result.nbest, 1):
                     yield f"{n}\t{rank}\t{score:.4f}\t{text}"
         first += len(chunk)
+
+
+def split_columns(
+    lines: list[str], prefix_tsv: bool = False, constraints_tsv: bool = False
+) -> tuple[list[str], list[str] | None, list[list[str]] | None]:
+    """(sources, prefixes, constraints) of TSV lines: with `prefix_tsv` each line is split at its
+    first tab into source and prefix; with `constraints_tsv` at every tab into the source and its
+    phrases, blank fields left out. A line without a tab has no prefix or phrases; None where the
+    mode is off."""
+    if prefix_tsv and constraints_tsv:
+        raise NMTError("prefix_tsv and constraints_tsv both read a line's columns: choose one")
+    if prefix_tsv:
+        split = [line.partition("\t") for line in lines]
+        return [s for s, _, _ in split], [p for _, _, p in split], None
+    if constraints_tsv:
+        fields = [line.split("\t") for line in lines]
+        return [f[0] for f in fields], None, [[p for p in f[1:] if p.strip()] for f in fields]
+    return lines, None, None
+
+
+def _candidates(
+    reranker: Reranker,
+    texts: list[str],
+    decode: DecodeConfig,
+    first: int,
+    prefixes: list[str] | None,
+    constraints: list[list[str]] | None,
+) -> list[Candidates]:
+    """`reranker.candidates` of `texts` (numbered from `first`), each searched with its own
+    constraints: the Reranker takes one set for all its texts (decode.constraints), so each run
+    of lines with the same phrases is one call (lines without phrases batch together)."""
+    if constraints is None:
+        return reranker.candidates(texts, decode=decode, first_line=first, prefixes=prefixes)
+    found: list[Candidates] = []
+    for phrases, run in itertools.groupby(range(len(texts)), key=constraints.__getitem__):
+        rows = list(run)
+        part = slice(rows[0], rows[-1] + 1)
+        found += reranker.candidates(
+            texts[part], decode=replace(decode, constraints=phrases), first_line=first + rows[0],
+            prefixes=None if prefixes is None else prefixes[part],
+        )  # fmt: skip
+    return found
+
+
+def check_columns(
+    translator: Translator,
+    path: str,
+    prefix_tsv: bool = False,
+    constraints_tsv: bool = False,
+    decode: DecodeConfig | None = None,
+) -> None:
+    """Raise NMTError naming the first line of the file `path` whose prefix or constraints
+    (`split_columns`) cannot be met (`Translator.constraint_ids`), without translating: run
+    before the first line is translated, so that a bad line leaves no output half written. The
+    file is read a chunk at a time, as it will be translated: memory stays bounded."""
+    first = 1
+    with _open_text(path, "r", sys.stdin) as source:
+        while chunk := [line.rstrip("\n") for line in itertools.islice(source, CHUNK_LINES)]:
+            texts, prefixes, constraints = split_columns(chunk, prefix_tsv, constraints_tsv)
+            try:
+                translator.constraint_ids(
+                    texts, constraints, decode, prefixes=prefixes, first_line=first
+                )
+            except NMTError as err:
+                # the library numbers a request's "text"; here it is the file's line
+                message = str(err)
+                if message.startswith("text "):
+                    message = "line " + message.removeprefix("text ")
+                raise NMTError(f"{path}, {message} (nothing was translated)") from err
+            first += len(chunk)
 
 
 class _Failed:
@@ -179,14 +260,49 @@ def _open_text(path: str | None, mode: str, fallback: TextIO) -> TextIO:
 REPL_HELP = """Type a sentence and press Enter; Ctrl-C cancels, Ctrl-D quits. Commands:
   /prefix TEXT   translations start with TEXT (the last sentence is translated again from it)
   /prefix        no prefix
+  /include A; B  translations contain the phrases A and B (decode=beam; the last sentence again)
+  /include       no phrases to include
+  /avoid A; B    translations never contain the phrases A or B (the last sentence again)
+  /avoid         no phrases to avoid
+  /show          the prefix and the phrases in force
   /tree          the search tree of the last sentence (decode=beam shows the whole beam)"""
+
+
+def _phrases(argument: str) -> list[str]:
+    """The phrases of `/include A; B` or `/avoid A; B`: split at semicolons, blanks left out."""
+    return [p.strip() for p in argument.split(";") if p.strip()]
+
+
+def _describe(prefix: str, include: list[str], avoid: list[str]) -> str:
+    """The settings `/show` prints, one line."""
+    shown = [
+        f"prefix: {prefix!r}" if prefix else "no prefix",
+        f"include: {'; '.join(include)}" if include else "nothing to include",
+        f"avoid: {'; '.join(avoid)}" if avoid else "nothing to avoid",
+    ]
+    return f"({', '.join(shown)})"
+
+
+def _check_phrases(
+    translator: Translator, decode: DecodeConfig, include: list[str], avoid: list[str]
+) -> None:
+    """Raise NMTError for phrases that no sentence could take under `decode` (constraints
+    without beam search, a piece the target vocabulary lacks), as soon as they are typed; what
+    depends on the sentence (its length limit, a search that finds no way) is known when it is
+    translated."""
+    if include and decode.strategy != Strategy.beam:
+        raise NMTError(NEED_BEAM)
+    for phrase in include:
+        constraint_ids(translator.vocabs.tgt, phrase)
+    translator.banned_ids(avoid, decode)
 
 
 def repl(translator: Translator, cfg: TranslateRunConfig) -> None:
     """Translate what is typed, as Python's own prompt behaves: arrow keys and history (when the
     readline module exists), Ctrl-C drops the line being typed or stops the translation under way
     and returns to the prompt, Ctrl-D on an empty line quits. A line starting with one of the
-    commands of REPL_HELP is that command."""
+    commands of REPL_HELP is that command. The prefix and the phrases start as cfg.decode's
+    (decode.prefix, decode.constraints, decode.banned), and each command replaces its own."""
     # importing readline is what gives input() line editing and history; where it is missing
     # (Windows, a Python built without it) plain input() still works
     with contextlib.suppress(ImportError):
@@ -194,6 +310,9 @@ def repl(translator: Translator, cfg: TranslateRunConfig) -> None:
     print(REPL_HELP, file=sys.stderr)
     typed = 0  # numbers the sentences in length warnings
     last, prefix = "", cfg.decode.prefix
+    include, avoid = list(cfg.decode.constraints), list(cfg.decode.banned)
+    # `/avoid` and `/include` replace decode.banned and decode.constraints: the calls give them
+    decode = replace(translator.decode, banned=[], constraints=[])
     while True:
         try:
             line = input("> ")
@@ -204,13 +323,29 @@ def repl(translator: Translator, cfg: TranslateRunConfig) -> None:
             print(file=sys.stderr)
             continue
         command, _, argument = line.strip().partition(" ")
-        tree, previous = command == "/tree", prefix
-        if command == "/prefix":
-            prefix = argument.strip()
-            print(f"(prefix: {prefix!r})" if prefix else "(no prefix)", file=sys.stderr)
+        tree, previous = command == "/tree", (prefix, include, avoid)
+        if command in ("/prefix", "/include", "/avoid"):
+            if command == "/prefix":
+                prefix = argument.strip()
+                print(f"(prefix: {prefix!r})" if prefix else "(no prefix)", file=sys.stderr)
+            else:
+                if command == "/include":
+                    include = _phrases(argument)
+                else:
+                    avoid = _phrases(argument)
+                try:
+                    _check_phrases(translator, decode, include, avoid)
+                except NMTError as err:
+                    print(f"nmt: {err}", file=sys.stderr)
+                    prefix, include, avoid = previous
+                    continue
+                print(_describe(prefix, include, avoid), file=sys.stderr)
             if not last:
                 continue
             line = last
+        elif command == "/show":
+            print(_describe(prefix, include, avoid), file=sys.stderr)
+            continue
         elif tree:
             if not last:
                 print("(translate a sentence first)", file=sys.stderr)
@@ -222,15 +357,16 @@ def repl(translator: Translator, cfg: TranslateRunConfig) -> None:
             typed += 1
         try:
             result = translator.translate_full(
-                [line], first_line=typed, prefixes=[prefix], tree=tree
-            )[0]
+                [line], first_line=typed, prefixes=[prefix], tree=tree, decode=decode,
+                banned=avoid, constraints=[include],
+            )[0]  # fmt: skip
         except KeyboardInterrupt:
             # search keeps nothing between calls, so an interrupted one leaves no state behind
             print("(translation cancelled)", file=sys.stderr)
             continue
-        except NMTError as err:  # a prefix the model cannot take: say so, keep the last one
+        except NMTError as err:  # a prefix or phrases the model cannot take: say so, keep the last
             print(f"nmt: {err}", file=sys.stderr)
-            prefix = previous
+            prefix, include, avoid = previous
             continue
         last = line
         if tree and result.tree is not None:
@@ -281,10 +417,17 @@ def translate_main(cfg: TranslateRunConfig) -> None:
             "rerank=[...] translates a file or a pipe (input=FILE, or nmt-translate ... < FILE), "
             "not at the interactive prompt"
         )
+    if interactive and cfg.constraints_tsv:
+        raise NMTError(
+            "constraints_tsv=true reads a file or a pipe (input=FILE, or nmt-translate ... < "
+            "FILE); at the interactive prompt, /include A; B sets the phrases to include"
+        )
     translator = Translator.from_command(cfg, cfg.decode, cfg.device)
     if interactive:
         repl(translator, cfg)
         return
+    if cfg.input is not None and (cfg.prefix_tsv or cfg.constraints_tsv):
+        check_columns(translator, cfg.input, cfg.prefix_tsv, cfg.constraints_tsv)
     reranker = Reranker.from_command(cfg, translator) if cfg.rerank else None
     source = _open_text(cfg.input, "r", sys.stdin)
     sink = _open_text(cfg.output, "w", sys.stdout)
@@ -292,7 +435,7 @@ def translate_main(cfg: TranslateRunConfig) -> None:
     try:
         lines = translate_stream(
             translator, source, nbest_tsv=cfg.nbest_tsv, prefix_tsv=cfg.prefix_tsv,
-            reranker=reranker,
+            reranker=reranker, constraints_tsv=cfg.constraints_tsv,
         )  # fmt: skip
         for text in lines:
             sink.write(text + "\n")

@@ -16,12 +16,13 @@ from pathlib import Path
 import sentencepiece as spm
 import torch
 
+from nmt import corpora, inputs, tokenizer
 from nmt import data as data_module
-from nmt import inputs, tokenizer
 from nmt.batches import EpochSampling
 from nmt.cache import building, cache_root, code_digest, copy_files, digest
 from nmt.checkpoint import Checkpoint, load_resume_point
 from nmt.config import Split, TransformerConfig
+from nmt.corpora import MixedCorpus
 from nmt.data import Encoded, SplitText, encode, read_split, split_digest
 from nmt.errors import NMTError
 from nmt.lexicon import LEXICON_FILE, Lexicon, load_lexicon
@@ -55,7 +56,8 @@ log = logging.getLogger(__name__)
 TOKENIZER_CODE = (
     SplitText.__iter__, data_module._lines, inputs.clean, inputs._SPACE,
     train_vocabs, tokenizer.train_piece_model, tokenizer._sample, tokenizer._train,
-    prune_vocabs, tokenizer._pieces_used, tokenizer._chunks,
+    prune_vocabs, tokenizer._pieces_used, tokenizer._chunks, tokenizer._no_symbol,
+    corpora.CorporaText.__init__, corpora.CorporaText.__iter__, corpora.corpus_data,
 )  # fmt: skip
 
 
@@ -64,7 +66,8 @@ class RunData:
     """What a run trains and validates on: the tokenizer and the encoded corpora."""
 
     vocabs: Vocabs
-    train: TokenizedCorpus  # memory-mapped; lengths in memory, rows read per batch
+    # memory-mapped; lengths in memory, rows read per batch (several corpora: MixedCorpus)
+    train: TokenizedCorpus | MixedCorpus
     valid: Encoded
     valid_references: list[str]  # raw target side of the validation split, for BLEU
     lexicon: Lexicon  # saved with every checkpoint, for decode.shortlist (nmt/lexicon.py)
@@ -87,8 +90,17 @@ def prepare_run(
     barrier(where)
     torch.manual_seed(cfg.seed)
     run_dir, cache = Path(cfg.run_dir), cache_root(cfg.data.cache_dir)
-    valid_corpus = read_split(cfg.data, Split.valid)  # small, and checked before the big one
-    source, pairs = split_digest(cfg.data, Split.train)
+    mixed = bool(cfg.data.corpora)  # several corpora (nmt/corpora.py)
+    # small, and checked before the big one
+    valid_corpus = None if mixed else read_split(cfg.data, Split.valid)
+    valid_mix = corpora.valid_splits(cfg.data) if mixed else []
+    if mixed:
+        digests = corpora.train_digests(cfg.data)
+        source = digest([d for d, _ in digests], corpora.tag_symbols(cfg.data))
+        pairs = sum(n for _, n in digests)
+    else:
+        digests = []
+        source, pairs = split_digest(cfg.data, Split.train)
     if pairs == 0:
         raise NMTError("the training split is empty")
     resume = load_resume_point(root) if cfg.train.resume else None
@@ -103,11 +115,16 @@ def prepare_run(
             _tokenizer(cfg, run_dir, cache, source)
         barrier(where)  # the others read what rank 0 wrote
         vocabs = load_vocabs(run_dir)
-    if where.main:
-        tokenize(cfg.data, vocabs, cache, source, pairs)
-    barrier(where)
-    entry = tokenize(cfg.data, vocabs, cache, source, pairs)  # built: every rank finds it
-    train_data = TokenizedCorpus(entry, cfg.data.max_len, _sampling(cfg, vocabs))
+    # a tag the tokenizer lacks (one from train.init_from) fails before tokenizing
+    tag_ids = corpora.check_tags(vocabs.src, corpora.tag_symbols(cfg.data))
+    if mixed:
+        train_data = _mixed_corpus(cfg, vocabs, cache, digests, tag_ids, where)
+    else:
+        if where.main:
+            tokenize(cfg.data, vocabs, cache, source, pairs)
+        barrier(where)
+        entry = tokenize(cfg.data, vocabs, cache, source, pairs)  # built: every rank finds it
+        train_data = TokenizedCorpus(entry, cfg.data.max_len, _sampling(cfg, vocabs))
     try:  # the caller closes the corpus (`with data.train:`) once it has it
         if len(train_data) == 0:
             raise NMTError("no training pairs left after length filtering (data.max_len)")
@@ -118,10 +135,13 @@ def prepare_run(
         lexicon = load_lexicon(run_dir)
         if lexicon is None:
             raise NMTError(f"{run_dir / LEXICON_FILE} is missing: rank 0 wrote it to another disk?")
-        valid = encode(valid_corpus, vocabs)
+        if valid_corpus is not None:
+            valid, references = encode(valid_corpus, vocabs), valid_corpus.tgt
+        else:
+            valid, references = corpora.encode_valid(valid_mix, vocabs, tag_ids)
         if cfg.train.valid_bleu:  # a prefix validation cannot force fails now, not at step 1000
             validation_prefixes(valid.src, vocabs.tgt, cfg.decode)
-        data = RunData(vocabs, train_data, valid, valid_corpus.tgt, lexicon)
+        data = RunData(vocabs, train_data, valid, references, lexicon)
         model = build_model(cfg.model, len(vocabs.src), len(vocabs.tgt), vocabs.joint)
         if init is not None:
             model.load_state_dict(init.payload["model"])
@@ -129,6 +149,40 @@ def prepare_run(
         train_data.close()
         raise
     return data, model, resume
+
+
+def _mixed_corpus(
+    cfg: TrainRunConfig,
+    vocabs: Vocabs,
+    cache: Path,
+    digests: list[tuple[str, int]],
+    tag_ids: dict[str, int],
+    where: Dist,
+) -> MixedCorpus:
+    """data.corpora: each corpus tokenized into its own cache entry (rank 0 builds, the others
+    wait), read as one `MixedCorpus`."""
+    data = [corpora.corpus_data(cfg.data, c) for c in cfg.data.corpora]
+    if where.main:
+        for corpus, (source, pairs) in zip(data, digests):
+            tokenize(corpus, vocabs, cache, source, pairs)
+    barrier(where)
+    entries = [tokenize(c, vocabs, cache, s, n) for c, (s, n) in zip(data, digests)]
+    prefixes = [corpora.source_prefix(c, tag_ids) for c in cfg.data.corpora]
+    path = cache / "mixtures" / digest([e.name for e in entries], prefixes)
+    path.mkdir(parents=True, exist_ok=True)  # the mixture's lexicon is kept there
+    parts: list[TokenizedCorpus] = []
+    try:
+        for entry in entries:
+            parts.append(TokenizedCorpus(entry, cfg.data.max_len))
+        weights = [c.weight for c in cfg.data.corpora]
+        return MixedCorpus(
+            parts, prefixes, weights, cfg.data.temperature, cfg.seed, _sampling(cfg, vocabs),
+            path,
+        )  # fmt: skip
+    except BaseException:
+        for part in parts:
+            part.close()
+        raise
 
 
 def _sampling(cfg: TrainRunConfig, vocabs: Vocabs) -> EpochSampling | None:
@@ -150,15 +204,23 @@ def _tokenizer(cfg: TrainRunConfig, run_dir: Path, cache: Path, source: str) -> 
     code = code_digest(TOKENIZER_CODE), spm.__version__
     # sampling settings decide the training segmentation, not the model: not in the key
     settings = {k: v for k, v in flatten(tok).items() if k not in SAMPLING_KEYS}
-    key = digest(source, settings, shared and tok.prune_unseen, *code)
+    # language tags (data.corpora) are reserved pieces: in the key only when there are some, so
+    # the key of a run without them stays what it was
+    symbols = corpora.tag_symbols(cfg.data)
+    key = digest(
+        source, settings, shared and tok.prune_unseen, *code, *([symbols] if symbols else [])
+    )
     entry = cache / "tokenizers" / key
     if not entry.is_dir():
         log.info("training the tokenizer into %s, once for this corpus and setting", entry)
-        src, tgt = SplitText(cfg.data, Split.train, 0), SplitText(cfg.data, Split.train, 1)
+        if cfg.data.corpora:
+            src, tgt = corpora.CorporaText(cfg.data, 0), corpora.CorporaText(cfg.data, 1)
+        else:
+            src, tgt = SplitText(cfg.data, Split.train, 0), SplitText(cfg.data, Split.train, 1)
         with building(entry) as tmp:
-            vocabs = train_vocabs(src, tgt, tmp, tok)
+            vocabs = train_vocabs(src, tgt, tmp, tok, symbols)
             if tok.prune_unseen:
-                prune_vocabs(vocabs, src, tgt, tmp, shared)
+                prune_vocabs(vocabs, src, tgt, tmp, shared, symbols)
     for name in (JOINT_FILE, SRC_FILE, TGT_FILE, *KEPT_FILES.values()):
         (run_dir / name).unlink(missing_ok=True)  # an earlier run's, in this directory
     copy_files(entry, run_dir)
