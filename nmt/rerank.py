@@ -110,15 +110,19 @@ class Reranker:
         decode: DecodeConfig | None = None,
         first_line: int = 1,
         prefixes: list[str] | None = None,
+        tgt_lang: str | None = None,
     ) -> list[Candidates]:
         """Each text's n-best list from the main model (`decode`, which must keep n_best >= 2;
         `prefixes` as `Translator.translate_full`'s), scored by every rerank model. N texts in,
-        N out; a blank text has one blank hypothesis, scored by no one (features 0)."""
+        N out; a blank text has one blank hypothesis, scored by no one (features 0). `tgt_lang`
+        picks the main model's target tag (a multilingual model); the rerank models score the
+        text as given (a tagged rerank model would need its own)."""
         decode = decode or self.translator.decode
         check_rerank_nbest(decode)
         found = self.translator.translate_full(
-            texts, False, decode=decode, first_line=first_line, prefixes=prefixes
-        )
+            texts, False, decode=decode, first_line=first_line, prefixes=prefixes,
+            tgt_lang=tgt_lang,
+        )  # fmt: skip
         blank = [not clean(text) for text in texts]
         features = [[[_finite(score)] for _, score in r.nbest] for r in found]
         scoring = replace(

@@ -15,7 +15,7 @@ from nmt.batches import epoch_batches
 from nmt.checkpoint import load_checkpoint
 from nmt.cli import main as cli
 from nmt.cli.compose import compose_config
-from nmt.config import CorpusConfig, DataConfig
+from nmt.config import CorpusConfig, DataConfig, DecodeConfig
 from nmt.errors import NMTError
 from nmt.translate import Translator
 
@@ -267,3 +267,20 @@ def test_resume_is_exact_with_tags_mixing_and_sampling(toy, tmp_path):
     a = load_checkpoint(straight / "checkpoints" / "last").payload["model"]
     b = load_checkpoint(split / "checkpoints" / "last").payload["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_nmt_translate_takes_tgt_lang(tagged, toy, tmp_path, capsys):
+    """tgt_lang=bb: the command's lines are the library's; an unknown one fails before any input
+    is read, naming the model's languages."""
+    sources = (toy / "test.xx").read_text().splitlines()[:8]
+    src = tmp_path / "in.xx"
+    src.write_text("\n".join(sources) + "\n")
+    out = tmp_path / "out.bb"
+    args = [f"ckpt={tagged}", f"input={src}", "device=cpu", "decode=greedy"]
+    assert cli.translate([*args, "tgt_lang=bb", f"output={out}"]) == 0
+    translator = Translator.from_checkpoint(tagged, DecodeConfig(), device="cpu")
+    expected = translator.translate(sources, tgt_lang="bb")
+    assert out.read_text().splitlines() == expected
+    missing = tmp_path / "never"
+    assert cli.translate([*args, "tgt_lang=cs", f"output={missing}"]) != 0
+    assert "translates into aa, bb" in capsys.readouterr().err and not missing.exists()

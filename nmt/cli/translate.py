@@ -49,6 +49,7 @@ def translate_stream(
     prefix_tsv: bool = False,
     reranker: Reranker | None = None,
     constraints_tsv: bool = False,
+    tgt_lang: str | None = None,
 ) -> Iterator[str]:
     """Translate an unbounded stream, keeping the order. Yields one line per input line, or
     with `nbest_tsv` one `line<TAB>rank<TAB>score<TAB>text` row per hypothesis (line and rank
@@ -58,6 +59,7 @@ def translate_stream(
     contains its phrases (`split_columns`). With a `reranker`
     (whose main model is `translator`) each line's n-best list is rescored (`nmt.rerank`): the
     line is its best hypothesis, and the n-best rows are in its order, with its combined score.
+    `tgt_lang`: the target language of a model trained with target tags (`Translator`).
 
     Lines are translated as they arrive: whatever has come in (up to CHUNK_LINES) goes to the
     model as soon as one line is there, so an interactive pipe gets each answer at once and a
@@ -70,7 +72,7 @@ def translate_stream(
         chunk = [line.rstrip("\n") for line in chunk]
         chunk, prefixes, constraints = split_columns(chunk, prefix_tsv, constraints_tsv)
         if reranker is not None:
-            found = _candidates(reranker, chunk, decode, first, prefixes, constraints)
+            found = _candidates(reranker, chunk, decode, first, prefixes, constraints, tgt_lang)
             for n, candidates in enumerate(found, first):
                 ranked = candidates.ranked(reranker.weights)
                 if not nbest_tsv:
@@ -80,12 +82,13 @@ def translate_stream(
                     yield f"{n}\t{rank}\t{score:.4f}\t{text}"
         elif not nbest_tsv:
             yield from translator.translate(
-                chunk, decode=decode, first_line=first, prefixes=prefixes, constraints=constraints
-            )
+                chunk, decode=decode, first_line=first, prefixes=prefixes,
+                constraints=constraints, tgt_lang=tgt_lang,
+            )  # fmt: skip
         else:
             results = translator.translate_full(
                 chunk, False, decode=decode, first_line=first, prefixes=prefixes,
-                constraints=constraints,
+                constraints=constraints, tgt_lang=tgt_lang,
             )  # fmt: skip
             for n, result in enumerate(results, first):
                 for rank, (text, score) in enumerate(result.nbest, 1):
@@ -118,19 +121,22 @@ def _candidates(
     first: int,
     prefixes: list[str] | None,
     constraints: list[list[str]] | None,
+    tgt_lang: str | None = None,
 ) -> list[Candidates]:
     """`reranker.candidates` of `texts` (numbered from `first`), each searched with its own
     constraints: the Reranker takes one set for all its texts (decode.constraints), so each run
     of lines with the same phrases is one call (lines without phrases batch together)."""
     if constraints is None:
-        return reranker.candidates(texts, decode=decode, first_line=first, prefixes=prefixes)
+        return reranker.candidates(
+            texts, decode=decode, first_line=first, prefixes=prefixes, tgt_lang=tgt_lang
+        )
     found: list[Candidates] = []
     for phrases, run in itertools.groupby(range(len(texts)), key=constraints.__getitem__):
         rows = list(run)
         part = slice(rows[0], rows[-1] + 1)
         found += reranker.candidates(
             texts[part], decode=replace(decode, constraints=phrases), first_line=first + rows[0],
-            prefixes=None if prefixes is None else prefixes[part],
+            prefixes=None if prefixes is None else prefixes[part], tgt_lang=tgt_lang,
         )  # fmt: skip
     return found
 
@@ -141,6 +147,7 @@ def check_columns(
     prefix_tsv: bool = False,
     constraints_tsv: bool = False,
     decode: DecodeConfig | None = None,
+    tgt_lang: str | None = None,
 ) -> None:
     """Raise NMTError naming the first line of the file `path` whose prefix or constraints
     (`split_columns`) cannot be met (`Translator.constraint_ids`), without translating: run
@@ -152,8 +159,9 @@ def check_columns(
             texts, prefixes, constraints = split_columns(chunk, prefix_tsv, constraints_tsv)
             try:
                 translator.constraint_ids(
-                    texts, constraints, decode, prefixes=prefixes, first_line=first
-                )
+                    texts, constraints, decode, prefixes=prefixes, first_line=first,
+                    tgt_lang=tgt_lang,
+                )  # fmt: skip
             except NMTError as err:
                 # the library numbers a request's "text"; here it is the file's line
                 message = str(err)
@@ -358,7 +366,7 @@ def repl(translator: Translator, cfg: TranslateRunConfig) -> None:
         try:
             result = translator.translate_full(
                 [line], first_line=typed, prefixes=[prefix], tree=tree, decode=decode,
-                banned=avoid, constraints=[include],
+                banned=avoid, constraints=[include], tgt_lang=cfg.tgt_lang,
             )[0]  # fmt: skip
         except KeyboardInterrupt:
             # search keeps nothing between calls, so an interrupted one leaves no state behind
@@ -423,11 +431,14 @@ def translate_main(cfg: TranslateRunConfig) -> None:
             "FILE); at the interactive prompt, /include A; B sets the phrases to include"
         )
     translator = Translator.from_command(cfg, cfg.decode, cfg.device)
+    translator.target_prefix(cfg.tgt_lang)  # an unknown tgt_lang fails before any input is read
     if interactive:
         repl(translator, cfg)
         return
     if cfg.input is not None and (cfg.prefix_tsv or cfg.constraints_tsv):
-        check_columns(translator, cfg.input, cfg.prefix_tsv, cfg.constraints_tsv)
+        check_columns(
+            translator, cfg.input, cfg.prefix_tsv, cfg.constraints_tsv, tgt_lang=cfg.tgt_lang
+        )
     reranker = Reranker.from_command(cfg, translator) if cfg.rerank else None
     source = _open_text(cfg.input, "r", sys.stdin)
     sink = _open_text(cfg.output, "w", sys.stdout)
@@ -435,7 +446,7 @@ def translate_main(cfg: TranslateRunConfig) -> None:
     try:
         lines = translate_stream(
             translator, source, nbest_tsv=cfg.nbest_tsv, prefix_tsv=cfg.prefix_tsv,
-            reranker=reranker, constraints_tsv=cfg.constraints_tsv,
+            reranker=reranker, constraints_tsv=cfg.constraints_tsv, tgt_lang=cfg.tgt_lang,
         )  # fmt: skip
         for text in lines:
             sink.write(text + "\n")
