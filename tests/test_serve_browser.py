@@ -374,3 +374,130 @@ def test_an_ensemble_says_whose_attention_the_map_shows(
             rows = page.locator("#heatmap tbody tr")
             expect(rows).to_have_count(len(want["attention"]["hypotheses"][0]["tgt_pieces"]))
             assert not errors
+
+
+def translate_api(url: str, body: dict) -> tuple[int, dict]:
+    """POST /translate: its status and JSON, an error's too."""
+    request = urllib.request.Request(url + "translate", data=json.dumps(body).encode())
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, json.load(answer)
+    except urllib.error.HTTPError as err:
+        return err.code, json.load(err)
+
+
+def sends(page, action) -> dict:
+    """Do `action` (on the page) and return the body of the /translate request it makes."""
+    with page.expect_request(lambda r: r.url.endswith("/translate"), timeout=20_000) as request:
+        action()
+    return request.value.post_data_json
+
+
+def test_must_include_and_must_avoid_phrases(server_url):
+    """A must-include phrase the model does not write by itself and a must-avoid phrase it then
+    writes: the page switches greedy to beam, and shows what POST /translate gives for the body it
+    sent, the phrase in a <mark>; the tree's nodes show their progress; greedy again, or a phrase
+    the model cannot write, shows the server's message; clearing the boxes frees the search."""
+    from playwright.sync_api import expect
+
+    include, avoid, bad = "birds", "sixty", "<b>birds</b>"
+    greedy = api(server_url, {"text": SENTENCE, "decode": {"strategy": "greedy"}})
+    free = api(server_url, {"text": SENTENCE})  # the server's beam 5
+    bound = api(server_url, {"text": SENTENCE, "constraints": [include]})
+    # the premises: the model does not write `include` freely, and with it writes `avoid`
+    assert include not in free["text"] and include not in greedy["text"], free["text"]
+    assert avoid in bound["text"], bound["text"]
+    with browser_page(server_url, 1100) as (page, errors):
+        sent: list[dict] = []
+        page.on(
+            "request",
+            lambda r: sent.append(r.post_data_json) if r.url.endswith("/translate") else None,
+        )
+        expect(page.locator("#model")).to_contain_text("de → en")
+        page.select_option("#strategy", "greedy")
+        page.locator("#source").fill(SENTENCE)
+        target = page.locator("#target")
+        expect(target).to_have_text(greedy["text"], timeout=20_000)
+
+        # a must-include phrase: the search becomes beam, and the page says so
+        body = sends(page, lambda: page.locator("#must-include").fill(include))
+        assert body["constraints"] == [include] and body["decode"]["strategy"] == "beam", body
+        expect(page.locator("#strategy")).to_have_value("beam")
+        expect(page.locator("#terms-note")).to_have_text(
+            "Search switched from greedy to beam: must-include phrases need it."
+        )
+        body = sends(page, lambda: page.locator("#must-avoid").fill(avoid))
+        assert body["constraints"] == [include] and body["banned"] == [avoid], body
+        want = api(server_url, body)  # the page shows what the API gives for the body it sent
+        assert include in want["text"] and avoid not in want["text"], want["text"]
+        expect(target).to_have_text(want["text"], timeout=20_000)
+        marks = page.locator("#target mark.term")
+        [met] = want["constraints"]
+        expect(marks).to_have_count(1)
+        expect(marks).to_have_text(include)  # the mark covers the phrase, exactly
+        # the mark starts where the API's "chars" says
+        before = marks.evaluate("m => m.previousSibling ? m.previousSibling.textContent : ''")
+        assert len(before) == met["chars"][0], (before, met)
+        expect(page.locator("#terms-met")).to_have_text(f"Includes “{include}” (highlighted)")
+
+        # "what if" on the marked text: type before the full stop; the caret stays after the
+        # typed words when the answer, marks and all, replaces the text
+        target.click()
+        page.keyboard.press("End")
+        page.keyboard.press("ArrowLeft")
+        start = want["text"][:-1] + " x"
+        body = sends(page, lambda: page.keyboard.type(" x", delay=10))
+        assert body["prefix"] == start and body["constraints"] == [include], body
+        edited = api(server_url, body)
+        expect(target).to_have_text(edited["text"], timeout=20_000)
+        expect(page.locator("#prefix-note")).to_contain_text(f"Starts with “{start}”")
+        caret = page.evaluate(
+            "() => { const r = document.createRange(); const s = getSelection();"
+            " r.setStart(document.getElementById('target'), 0);"
+            " r.setEnd(s.focusNode, s.focusOffset); return r.toString().length; }"
+        )
+        assert caret == len(start), (caret, edited["text"])
+        page.locator("#clear-prefix").click()
+        expect(target).to_have_text(want["text"], timeout=20_000)
+
+        # the tree: each node's badge is its constraint pieces held / pieces in all
+        body = sends(page, lambda: page.locator("#tree-toggle").click())
+        assert body["beam_tree"] is True and body["constraints"] == [include], body
+        tree = api(server_url, body)["beam_tree"]
+        total = tree["constraint_pieces"]
+        expect(page.locator("#tree .node")).to_have_count(len(tree["nodes"]), timeout=20_000)
+        shown = page.evaluate(
+            "() => Array.from(document.querySelectorAll('#tree .node'), n => "
+            "[Number(n.dataset.id), n.querySelector('.met')?.textContent ?? null])"
+        )
+        assert dict(shown) == {n["id"]: f"{n['met']}/{total}" for n in tree["nodes"]}
+        assert page.locator("#tree .node.finished .met.all").count() > 0
+
+        # greedy again: the server's refusal, and the page says why
+        body = sends(page, lambda: page.select_option("#strategy", "greedy"))
+        status, refused = translate_api(server_url, body)
+        assert status == 422 and "constraints need decode=beam" in refused["error"]
+        expect(page.locator("#error")).to_have_text(refused["error"], timeout=20_000)
+        expect(page.locator("#terms-note")).to_contain_text("need beam search, not greedy")
+        page.select_option("#strategy", "beam")
+        expect(page.locator("#error")).to_be_hidden(timeout=20_000)
+        expect(page.locator("#terms-note")).to_be_hidden()
+
+        # a phrase the model cannot write: the server's message, naming the text, shown as text
+        body = sends(page, lambda: page.locator("#must-include").fill(f"{include}; {bad}"))
+        assert body["constraints"] == [include, bad], body
+        status, refused = translate_api(server_url, body)
+        assert status == 422 and "text 1" in refused["error"] and bad in refused["error"]
+        expect(page.locator("#error")).to_have_text(refused["error"], timeout=20_000)
+
+        # cleared: the free beam search again, with no marks, note or badges
+        page.locator("#must-include").fill("")
+        page.locator("#must-avoid").fill("")
+        free_tree = api(server_url, {"text": SENTENCE, "beam_tree": True})
+        expect(target).to_have_text(free["text"], timeout=20_000)
+        expect(page.locator("#tree .node")).to_have_count(len(free_tree["beam_tree"]["nodes"]))
+        assert "constraints" not in sent[-1] and "banned" not in sent[-1]
+        expect(marks).to_have_count(0)
+        expect(page.locator("#terms-met")).to_be_hidden()
+        expect(page.locator("#tree .node .met")).to_have_count(0)
+        assert not errors

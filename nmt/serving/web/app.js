@@ -4,6 +4,10 @@
 // API's "prefix") and let the model write the rest. Plain JS, no libraries. The "score a
 // translation" box is score.js: this script tells it of /info and of each translation shown by
 // the events "nmt:info" and "nmt:translation" (detail: the /info answer, the translation or null).
+// The "must include / must avoid" field is terms.js: each request is dispatched as "nmt:request"
+// before it is sent (detail: the body, which a listener may add keys to), and "nmt:settings"
+// from it translates again after a pause. This script highlights the phrases each translation
+// met (its "constraints") and draws the tree's constraint progress.
 "use strict";
 
 const DEBOUNCE_MS = 250;
@@ -84,6 +88,8 @@ function request(text) {
   const body = { text, attention: true, decode: decodeSettings() };
   if (state.prefix) body.prefix = state.prefix;
   if (state.showTree) body.beam_tree = true;
+  // listeners run before dispatchEvent returns: what they add goes with this request
+  document.dispatchEvent(new CustomEvent("nmt:request", { detail: body }));
   return body;
 }
 
@@ -109,7 +115,7 @@ function show(result) {
   state.result = result;
   document.dispatchEvent(new CustomEvent("nmt:translation", { detail: result }));
   state.chosen = 0;
-  showTarget(result ? result.text : "");
+  showTarget(result ? result.text : "", result ? result.constraints : null);
   showPrefix(result);
   drawTree(result);
   ui.nbest.replaceChildren();
@@ -161,11 +167,35 @@ ui.nbest.addEventListener("keydown", (event) => {
 
 // While the reader edits the translation, the text before the cursor is the prefix; the new
 // translation replaces the text, and the cursor stays where it was.
-function showTarget(text) {
+function showTarget(text, met) {
   const editing = document.activeElement === ui.target;
   const at = editing ? caretOffset() : 0;
-  ui.target.textContent = text;
+  ui.target.replaceChildren(...highlighted(text, met));
   if (editing) placeCaret(Math.min(at, text.length));
+}
+
+// the text as strings and <mark>s: one mark over the characters ("chars", [start, end)) where
+// each must-include phrase is met. A phrase whose pieces do not map onto the text (chars null)
+// gets no mark: terms.js lists it under the box. Strings become text nodes, never markup.
+function highlighted(text, met) {
+  const spans = (met || [])
+    .filter((c) => Array.isArray(c.chars))
+    .map((c) => ({ phrase: c.phrase, start: c.chars[0], end: c.chars[1] }))
+    .sort((a, b) => a.start - b.start);
+  const parts = [];
+  let at = 0;
+  for (const { phrase, start, end } of spans) {
+    if (start < at || start >= end || end > text.length) continue; // overlapping: one mark
+    if (start > at) parts.push(text.slice(at, start));
+    const mark = document.createElement("mark");
+    mark.className = "term";
+    mark.textContent = text.slice(start, end);
+    mark.title = `must include: “${phrase}”`;
+    parts.push(mark);
+    at = end;
+  }
+  if (at < text.length) parts.push(text.slice(at));
+  return parts;
 }
 
 function caretOffset() {
@@ -179,9 +209,15 @@ function caretOffset() {
   return before.toString().length;
 }
 
+// the caret `offset` characters into the box, whose text may be split by marks
 function placeCaret(offset) {
-  const node = ui.target.firstChild;
+  const texts = document.createTreeWalker(ui.target, NodeFilter.SHOW_TEXT);
+  let node = texts.nextNode();
   if (!node) return;
+  for (let next; offset > node.length && (next = texts.nextNode()); node = next) {
+    offset -= node.length;
+  }
+  offset = Math.min(offset, node.length);
   const range = document.createRange();
   range.setStart(node, offset);
   range.collapse(true);
@@ -233,11 +269,13 @@ function drawTree(result) {
     if (!children.has(node.parent)) children.set(node.parent, []);
     children.get(node.parent).push(node);
   }
-  ui.tree.append(treeBranch(nodes[0], children));
+  // with must-include phrases: their pieces in all, each node saying how many it holds ("met")
+  const total = result.beam_tree.constraint_pieces;
+  ui.tree.append(treeBranch(nodes[0], children, typeof total === "number" ? total : null));
 }
 
 // a node and, to its right, the column of its children (drawn as Seq2Seq-Vis does, left to right)
-function treeBranch(node, children) {
+function treeBranch(node, children, total) {
   const branch = document.createElement("div");
   branch.className = "branch";
   const label = document.createElement("button");
@@ -254,8 +292,16 @@ function treeBranch(node, children) {
     rank.textContent = `#${node.rank + 1}`;
     label.append(" ", rank);
   }
+  let progress = "";
+  if (total !== null && typeof node.met === "number") {
+    const met = document.createElement("span");
+    met.className = node.met === total ? "met all" : "met";
+    met.textContent = `${node.met}/${total}`;
+    label.append(" ", met);
+    progress = ` · ${node.met} of ${total} must-include pieces`;
+  }
   const words = node.text ? `“${node.text}”` : "the empty start";
-  label.title = `${words} · log-probability ${score.textContent} · ${node.state}`;
+  label.title = `${words} · log-probability ${score.textContent} · ${node.state}${progress}`;
   label.setAttribute("aria-label", `${piece}: ${label.title}. Translate from here.`);
   label.addEventListener("click", () => setPrefix(node.text));
   branch.append(label);
@@ -263,7 +309,7 @@ function treeBranch(node, children) {
   if (kids.length) {
     const column = document.createElement("div");
     column.className = "children";
-    for (const kid of kids) column.append(treeBranch(kid, children));
+    for (const kid of kids) column.append(treeBranch(kid, children, total));
     branch.append(column);
   }
   return branch;
@@ -508,6 +554,7 @@ ui.source.addEventListener("input", () => {
   later();
 });
 ui.strategy.addEventListener("change", () => { syncControls(); translate(); });
+document.addEventListener("nmt:settings", () => later());
 ui.beamSize.addEventListener("change", translate);
 ui.nBest.addEventListener("change", translate);
 ui.layer.addEventListener("change", drawHeatmap);
