@@ -4,6 +4,10 @@
         --src ../shared/data/multi30k/test_2016_flickr.de --strategies greedy beam \\
         --batch-sizes 1 64 --repeats 3
 
+With `--ensemble OTHER [OTHER ...]` it times the checkpoint alone and the ensemble of it with the
+others (`Translator.from_checkpoints`, mean of probabilities), alternating, and reports each
+ensemble time over K times the single model's (K members).
+
 Times `Translator.translate_full` without attention maps (tokenization, search and
 detokenization: what a user waits for) on the whole file, once per (strategy, batch size) after a
 warm-up on the first sentences, `--repeats` times, and reports the median of each. Beam search
@@ -75,6 +79,9 @@ def main() -> None:
     parser.add_argument(
         "--precision", default="fp32", choices=[p.value for p in Precision], help="decode.precision"
     )
+    parser.add_argument(
+        "--ensemble", nargs="+", default=[], help="more checkpoints: also time the ensemble"
+    )
     args = parser.parse_args()
 
     ckpt = load_checkpoint(args.ckpt)
@@ -97,13 +104,23 @@ def main() -> None:
             )
             translator = Translator(model, ckpt.vocabs, device, ckpt.lexicon, cfg)
             translator.translate(sentences[:16])  # warm-up: allocator, kernels, caches
-            times = []
-            for _ in range(args.repeats):
+            if args.ensemble:
+                members = [args.ckpt, *args.ensemble]
+                together = Translator.from_checkpoints(members, cfg, args.device)
+                together.translate(sentences[:16])
+            times, ensemble_times = [], []
+            for _ in range(args.repeats):  # alternating: a drift of the machine hits both
                 start = time.perf_counter()
                 outputs = translator.translate_full(sentences, attention=False, **recording)
                 if device.type == "cuda":
                     torch.cuda.synchronize()
                 times.append(time.perf_counter() - start)
+                if args.ensemble:
+                    start = time.perf_counter()
+                    together.translate_full(sentences, attention=False, **recording)
+                    if device.type == "cuda":
+                        torch.cuda.synchronize()
+                    ensemble_times.append(time.perf_counter() - start)
             pieces = sum(len(t.tgt_pieces) for t in outputs)  # generated tokens, EOS included
             seconds = statistics.median(times)
             results.append(
@@ -121,6 +138,14 @@ def main() -> None:
                     "runs_s": [round(t, 3) for t in times],
                 }
             )
+            if args.ensemble:
+                alone = statistics.median(ensemble_times)
+                results[-1]["ensemble"] = {
+                    "members": len(members),
+                    "median_s": round(alone, 3),
+                    "runs_s": [round(t, 3) for t in ensemble_times],
+                    "over_k_single": round(alone / (len(members) * seconds), 3),
+                }
             print(json.dumps(results[-1]), flush=True)
     print(
         json.dumps(
