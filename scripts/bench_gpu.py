@@ -410,8 +410,9 @@ def train_rows(
     rows = []
     peaks = peak.get("peak_tflops", {})
     for batch_tokens in sizes:
-        for name, model in MODELS.items():
-            for precision in PRECISIONS:
+        for name in args.models:
+            model = MODELS[name]
+            for precision in args.precisions:
                 row = {
                     "model": name, "precision": precision, "mode": mode,
                     "compile": mode != "eager", "batch_tokens": batch_tokens,
@@ -622,11 +623,26 @@ def main() -> None:
     parser.add_argument(
         "--batch-tokens", help="training batch sizes, comma-separated (default 4096,16384,32768)"
     )
+    parser.add_argument(
+        "--models", default=",".join(MODELS),
+        help=f"training rows' models, comma-separated, in this order (default {','.join(MODELS)})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--precisions",
+        default=",".join(PRECISIONS),
+        help=f"training rows' precisions, in this order (default {','.join(PRECISIONS)})",
+    )
     args = parser.parse_args()
     started = time.monotonic()
     parts = set(args.parts.split(","))
     if not parts <= set(PARTS):
         parser.error(f"--parts {args.parts}: choose from {', '.join(PARTS)}")
+    args.models, args.precisions = args.models.split(","), args.precisions.split(",")
+    if not set(args.models) <= set(MODELS):
+        parser.error(f"--models {','.join(args.models)}: choose from {', '.join(MODELS)}")
+    if not set(args.precisions) <= set(PRECISIONS):
+        choices = ", ".join(PRECISIONS)
+        parser.error(f"--precisions {','.join(args.precisions)}: choose from {choices}")
 
     import torch
 
@@ -689,6 +705,8 @@ def main() -> None:
         "settings": {
             "quick": quick,
             "batch_tokens": args.batch_tokens,
+            "models": args.models,
+            "precisions": args.precisions,
             "windows": args.windows,
             "steps_per_window": args.steps,
             "translate_train_steps": args.translate_train_steps,
