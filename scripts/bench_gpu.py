@@ -147,9 +147,11 @@ class Budget:
             return None, f"exit status {child.returncode}: {' | '.join(tail)}"
         return out, None
 
-    def run_json(self, argv: list[str]) -> tuple[dict | None, str | None]:
+    def run_json(
+        self, argv: list[str], limit: float | None = None
+    ) -> tuple[dict | None, str | None]:
         """Run a benchmark script; returns the last JSON document it printed (its summary)."""
-        out, why = self.run(argv)
+        out, why = self.run(argv, limit)
         if out is None:
             return None, why
         documents = json_documents(out)
@@ -428,7 +430,10 @@ def train_rows(
                 argv = [sys.executable, "scripts/bench_train.py", *overrides]
                 argv += ["--windows", str(args.windows), "--steps", str(args.steps)]
                 log(f"train {name} {precision} {batch_tokens} {mode}")
-                result, why = budget.run_json(argv)
+                # compiling takes minutes: on an H100, transformer_base had not finished its
+                # compiled warm-up window after 110 s
+                limit = args.row_timeout_s * (1 if mode == "eager" else 3)
+                result, why = budget.run_json(argv, limit)
                 if result is None:
                     rows.append({**row, "skipped": why})
                     log(f"  skipped: {why}")

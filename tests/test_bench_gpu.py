@@ -34,10 +34,11 @@ class FakeBudget:
     """Answers each bench_train.py run with a known speed; the 32k bf16 row does not fit."""
 
     def __init__(self):
-        self.runs = []
+        self.runs, self.limits = [], []
 
-    def run_json(self, argv):
+    def run_json(self, argv, limit=None):
         self.runs.append(argv)
+        self.limits.append(limit)
         if "train.batch_tokens=32768" in argv and "train.precision=bf16" in argv:
             return None, "timed out after 150 s"
         speed = 100_000.0 if "train.precision=bf16" in argv else 50_000.0
@@ -48,6 +49,14 @@ class FakeBudget:
             "steps_per_window": 20,
             "peak_memory_mib": 1000.0,
         }, None
+
+
+def train_args(bench) -> SimpleNamespace:
+    """The parsed options `train_rows` reads: every model and precision, in the default order."""
+    return SimpleNamespace(
+        quick=False, device="cuda", windows=3, steps=20, row_timeout_s=150.0,
+        models=list(bench.MODELS), precisions=list(bench.PRECISIONS),
+    )  # fmt: skip
 
 
 def fake_count(overrides):
@@ -63,7 +72,7 @@ def test_mfu_is_the_counted_flops_per_token_times_tokens_over_the_peak(bench):
 
 
 def test_every_size_model_and_precision_gets_a_row_with_its_mfu(bench):
-    args = SimpleNamespace(quick=False, device="cuda", windows=3, steps=20)
+    args = train_args(bench)
     budget = FakeBudget()
     peak = {"size": 8192, "peak_tflops": {"fp32": 50.0, "bf16": 400.0}}
     rows = bench.train_rows(
@@ -84,7 +93,7 @@ def test_a_row_whose_flops_cannot_be_counted_keeps_its_speed_and_says_why(bench)
     def failing(overrides):
         raise KeyError("model.arch")
 
-    args = SimpleNamespace(quick=False, device="cuda", windows=3, steps=20)
+    args = train_args(bench)
     peak = {"peak_tflops": {"fp32": 50.0, "bf16": 400.0}}
     rows = bench.train_rows(
         args, FakeBudget(), ["data=demo"], "eager", {"eager"}, peak, [4096], count=failing
@@ -95,7 +104,7 @@ def test_a_row_whose_flops_cannot_be_counted_keeps_its_speed_and_says_why(bench)
 
 
 def test_graph_rows_compile_capture_and_fix_the_shapes_or_say_why_not(bench):
-    args = SimpleNamespace(quick=False, device="cuda", windows=3, steps=20)
+    args = train_args(bench)
     budget = FakeBudget()
     rows = bench.train_rows(
         args, budget, ["data=demo"], "graphs", {"graphs"}, {}, [4096], count=fake_count
@@ -103,9 +112,25 @@ def test_graph_rows_compile_capture_and_fix_the_shapes_or_say_why_not(bench):
     assert all(r["mode"] == "graphs" and r["compile"] for r in rows)
     for run in budget.runs:
         assert {"train.compile=true", "train.cuda_graphs=true", "train.length_step=8"} <= set(run)
+    # compiling takes minutes: a compiled row gets three times an eager row's time limit
+    assert budget.limits == [450.0] * 6
     # a checkout without the keys (an older commit measured for comparison) says so per row
     rows = bench.train_rows(args, FakeBudget(), ["data=demo"], "graphs", {"eager"}, {}, [4096])
     assert len(rows) == 6 and all("not available" in r["skipped"] for r in rows)
+
+
+def test_models_and_precisions_choose_the_rows_and_their_order(bench):
+    args = train_args(bench)
+    args.models, args.precisions = ["transformer_base", "gru_bahdanau"], ["bf16"]
+    budget = FakeBudget()
+    rows = bench.train_rows(
+        args, budget, ["data=demo"], "eager", {"eager"}, {}, [4096, 16384], count=fake_count
+    )
+    assert [(r["batch_tokens"], r["model"], r["precision"]) for r in rows] == [
+        (4096, "transformer_base", "bf16"), (4096, "gru_bahdanau", "bf16"),
+        (16384, "transformer_base", "bf16"), (16384, "gru_bahdanau", "bf16"),
+    ]  # fmt: skip
+    assert budget.limits == [150.0] * 4
 
 
 def test_every_mode_composes_on_this_checkout(bench):
