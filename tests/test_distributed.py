@@ -61,10 +61,19 @@ def weights(run_dir: Path) -> dict[str, torch.Tensor]:
     return load_checkpoint(run_dir / "checkpoints" / "last").payload["model"]
 
 
-def test_two_ranks_equal_one_process_over_the_union_of_their_batches(tmp_path, demo_dir):
+# two corpora (the demo twice, the second tagged and drawn twice as often) with subword sampling:
+# every rank must plan the same mixed, sampled epoch and take its share of it
+MIXED_SAMPLED = [
+    "data.corpora=[{name:a},{name:b,src_tag:'<bt>',weight:2}]", "data.tokenizer.model_type=unigram",
+    "data.tokenizer.sample_alpha=0.3", "data.tokenizer.sample_nbest=4",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("data", [[], MIXED_SAMPLED], ids=["one corpus", "mixed and sampled"])
+def test_two_ranks_equal_one_process_over_the_union_of_their_batches(tmp_path, demo_dir, data):
     """Rank r takes batches r, r+2, ... of each update; one process with accum_steps=2 takes both.
     Each rank divides its loss by half the update's tokens and DDP averages: the same gradient."""
-    steps = ["train.max_steps=4", "train.valid_every=4", "model.dropout=0.0"]
+    steps = ["train.max_steps=4", "train.valid_every=4", "model.dropout=0.0", *data]
     done = torchrun(tmp_path / "ddp", demo_dir, *steps)
     # rank 0 alone prints: one copy of each line, not one per process
     lines = done.stderr.splitlines()
