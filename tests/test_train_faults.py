@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -544,3 +545,41 @@ def test_the_first_validation_is_estimated_from_the_training_speed(trainer):
     assert budget.validation_estimate() == pytest.approx(tokens / 500)
     budget.valid_seconds = 3.5  # once measured, the last validation's time is used
     assert budget.validation_estimate() == 3.5
+
+
+def test_a_resumed_run_saves_after_its_resume_checkpoint_is_pruned(tmp_path, demo_dir):
+    """A resumed run's checkpoints copy the vocabulary files; they must come from the run's own
+    copy, not from the step directory it resumed from, which keep_last later deletes: the save
+    after that one failed with 'No such file or directory'. Likewise train.init_from's
+    checkpoint may be deleted while the new run goes on."""
+    run_dir = tmp_path / "run"
+    common = ["train.valid_every=2", "train.keep_last=1", "train.valid_bleu=false"]
+    common += ["train.metric=loss", "train.log_every=2"]
+    args = ["data=demo", f"data.local_dir={demo_dir}", f"run_dir={run_dir}", *SMALL, *SMALL_RNN]
+    assert cli.train([*args, *common, "train.max_steps=2"]) == 0
+    resumed_from = (run_dir / "checkpoints" / "last").resolve()
+    assert cli.train([*args, *common, "train.max_steps=8", "train.resume=true"]) == 0
+    assert not resumed_from.exists()  # pruned on the way
+    last = load_checkpoint(run_dir / "checkpoints" / "last")
+    assert last.payload["step"] == 8
+    assert all(path.parent == last.path for path in last.vocabs.files())
+
+    # init_from: the parent run's checkpoints vanish while the child trains
+    child = tmp_path / "child"
+    parent = tmp_path / "parent"
+    parent_ckpt = run_dir.rename(parent) / "checkpoints" / "last"
+    child_args = [*args[:2], f"run_dir={child}", *SMALL, *SMALL_RNN, *common]
+    original = train_module.save_checkpoint
+    saves = []
+
+    def save_then_drop_the_parent(*a, **kw):
+        saves.append(original(*a, **kw))
+        if len(saves) == 1:
+            shutil.rmtree(parent)
+        return saves[-1]
+
+    init = [f"train.init_from={parent_ckpt}", "train.max_steps=4"]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(train_module, "save_checkpoint", save_then_drop_the_parent)
+        assert cli.train([*child_args, *init]) == 0
+    assert load_checkpoint(child / "checkpoints" / "last").payload["step"] == 4

@@ -107,9 +107,9 @@ def prepare_run(
     init = load_init(cfg) if cfg.train.init_from else None
     if resume is not None:
         check_resume(cfg, resume)
-        vocabs = resume.vocabs
+        vocabs = _own_vocabs(resume.vocabs, run_dir, where)
     elif init is not None:
-        vocabs = init.vocabs
+        vocabs = _own_vocabs(init.vocabs, run_dir, where)
     else:
         if where.main:
             _tokenizer(cfg, run_dir, cache, source)
@@ -183,6 +183,26 @@ def _mixed_corpus(
         for part in parts:
             part.close()
         raise
+
+
+def _own_vocabs(vocabs: Vocabs, run_dir: Path, where: Dist) -> Vocabs:
+    """The vocabulary of a checkpoint (resumed from, or train.init_from), read from the run's own
+    copy of its files. Every checkpoint copies the files its Vocabs names; had they stayed in
+    the checkpoint's directory, keep_last would delete that directory as the run goes on (or the
+    user the init_from run), and the next save would fail."""
+    if where.main:
+        for path in vocabs.files():
+            own = run_dir / path.name
+            if not own.is_file() or own.read_bytes() != path.read_bytes():
+                shutil.copy2(path, own)
+    barrier(where)  # the others read what rank 0 wrote
+    own = load_vocabs(run_dir)
+    if (own.src.digest(), own.tgt.digest()) != (vocabs.src.digest(), vocabs.tgt.digest()):
+        raise NMTError(
+            f"{run_dir} holds another tokenizer's files beside the checkpoint's: train in a new "
+            "run_dir, or remove them"
+        )
+    return own
 
 
 def _sampling(cfg: TrainRunConfig, vocabs: Vocabs) -> EpochSampling | None:
