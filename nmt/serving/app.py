@@ -1,12 +1,13 @@
 """nmt-serve: a checkpoint behind an HTTP API and a page that shows its attention.
 
     POST /translate  {"text": "..."} or {"texts": [...]}, optional "decode": {...}, "attention",
-                     "prefix" (or "prefixes"), "beam_tree", "banned"
+                     "prefix" (or "prefixes"), "beam_tree", "banned", "constraints", "tgt_lang"
     POST /score      {"text": ..., "translation": ...} or {"texts": [...], "translations": [...]}:
-                     what the model thinks of given translations (nmt/serving/score.py)
+                     what the model thinks of given translations (nmt/serving/score.py); "tgt_lang"
     GET  /health     {"status": "ok"}
-    GET  /info       the model, its languages, vocabularies, decoding defaults, step, valid BLEU;
-                     for an ensemble, its members and whose attention the answers carry
+    GET  /info       the model, its languages (and the "tgt_lang" values it takes), vocabularies,
+                     decoding defaults, step, valid BLEU; for an ensemble, its members and whose
+                     attention the answers carry
     GET  /           the page (nmt/serving/web/: plain HTML, CSS and JS, no build step)
 
 Every bad request is answered with a 4xx status and {"error": "..."}; see docs/serve.md for the
@@ -49,6 +50,7 @@ from nmt.serving.protocol import (
     describe_model,
     parse_request,
     read_body,
+    target_tag,
     translation_json,
 )
 from nmt.serving.score import parse_score_request, score_costs, scored_json
@@ -69,13 +71,15 @@ class Item:
     tree: bool = False
     # the phrases its translation must contain
     constraints: list[str] = dataclasses.field(default_factory=list)
+    tgt_lang: str | None = None  # the language to translate into (`Translator.target_prefix`)
 
 
 def decode_batch(translator: Translator, key: object, items: list[Item]) -> list[bytes]:
     """The batcher's work, in its worker thread: the items of requests with the same decode
-    settings; one decode for all of them, with those settings. Each result is its translation's
-    JSON, written here rather than on the event loop (a tree or attention maps can make
-    megabytes, which would hold every other request while they are written)."""
+    settings and target tag (`batch_key`); one decode for all of them, with those settings,
+    into the first item's language (the others' takes the same tag). Each result is its
+    translation's JSON, written here rather than on the event loop (a tree or attention maps can
+    make megabytes, which would hold every other request while they are written)."""
     results = translator.translate_full(
         [item.text for item in items],
         any(item.attention for item in items),
@@ -86,6 +90,7 @@ def decode_batch(translator: Translator, key: object, items: list[Item]) -> list
         constraints=[item.constraints for item in items]
         if any(item.constraints for item in items)
         else None,
+        tgt_lang=items[0].tgt_lang,
     )
     return [
         _json(translation_json(t, item.attention, item.tree, item.constraints))
@@ -99,14 +104,23 @@ class ScoreItem:
 
     text: str
     translation: str
+    tgt_lang: str | None = None  # the language of the translation
 
 
-SCORE_KEY = ("score",)  # every /score pair is scored with the server's settings: one batch key
+SCORE = "score"
+
+
+def score_key(tag: tuple[int, ...]) -> tuple:
+    """Every /score pair is scored with the server's settings: pairs share a batch when their
+    sources take the same target tag (`target_tag`)."""
+    return SCORE, tag
 
 
 def score_batch(translator: Translator, items: list[ScoreItem]) -> list[bytes]:
-    """The batcher's work for /score, in its worker thread: one teacher-forced pass per batch."""
-    scored = translator.score([i.text for i in items], [i.translation for i in items])
+    """The batcher's work for /score, in its worker thread: one teacher-forced pass per batch,
+    every pair with the same target tag (`score_key`)."""
+    texts, translations = [i.text for i in items], [i.translation for i in items]
+    scored = translator.score(texts, translations, tgt_lang=items[0].tgt_lang)
     return [_json(scored_json(s)) for s in scored]
 
 
@@ -116,23 +130,25 @@ def _json(content: object) -> bytes:
     return text.encode("utf-8")
 
 
-def batch_key(settings: dict, job_id: int) -> tuple:
+def batch_key(settings: dict, tag: tuple[int, ...], job_id: int) -> tuple:
     """Requests with equal keys are decoded together; `settings` are the decode settings as
-    `flatten` gives them. Sampling draws depend on the batch, so a sampling request is never
-    mixed with others: then `seed` gives the same draws every time. `prefix` and `constraints`
-    are left out: each item carries its own. A list setting is a tuple in the key (a key is
-    hashed)."""
+    `flatten` gives them, `tag` the target tag before each source (`target_tag`): the Translator
+    takes one target language per call, so each language has its batches (derived from the tag,
+    not the name, so a model's one language asked for by name or not shares them). Sampling
+    draws depend on the batch, so a sampling request is never mixed with others: then `seed`
+    gives the same draws every time. `prefix` and `constraints` are left out: each item carries
+    its own. A list setting is a tuple in the key (a key is hashed)."""
     same = [(k, tuple(v) if isinstance(v, list) else v) for k, v in settings.items()]
     sample = settings["strategy"] == Strategy.sample.value
     own = ("prefix", "constraints")
-    return tuple(sorted(kv for kv in same if kv[0] not in own)), job_id if sample else None
+    return tuple(sorted(kv for kv in same if kv[0] not in own)), tag, job_id if sample else None
 
 
 def create_app(translator: Translator, cfg: ServeRunConfig, info: dict) -> Starlette:
     """The ASGI app; `info` is what GET /info answers (see `describe_model`)."""
 
     def run(key: object, items: list) -> list[bytes]:
-        if key == SCORE_KEY:
+        if key[0] == SCORE:
             return score_batch(translator, items)
         return decode_batch(translator, key, items)
 
@@ -150,12 +166,13 @@ def create_app(translator: Translator, cfg: ServeRunConfig, info: dict) -> Starl
         # request never fails the batch it would have joined
         costs = check_job(translator, job, cfg.max_request_cost)
         items = [
-            Item(text, job.decode, job.attention, prefix, job.tree, constraints)
+            Item(text, job.decode, job.attention, prefix, job.tree, constraints, job.tgt_lang)
             for text, prefix, constraints in zip(job.texts, job.prefixes, job.constraints)
         ]
         settings = flatten(job.decode)
+        key = batch_key(settings, target_tag(translator, job.tgt_lang), next(counter))
         try:
-            results = await batcher.submit(batch_key(settings, next(counter)), items, costs)
+            results = await batcher.submit(key, items, costs)
         except QueueFull as full:
             headers = {"Retry-After": str(full.retry_after)}
             return JSONResponse({"error": str(full)}, status_code=503, headers=headers)
@@ -167,9 +184,10 @@ def create_app(translator: Translator, cfg: ServeRunConfig, info: dict) -> Starl
     async def score(request: Request) -> Response:
         job = parse_score_request(await read_body(request, body_limit), cfg)
         costs = score_costs(translator, job, cfg.max_request_cost)
-        items = [ScoreItem(t, u) for t, u in zip(job.texts, job.translations)]
+        items = [ScoreItem(t, u, job.tgt_lang) for t, u in zip(job.texts, job.translations)]
+        key = score_key(target_tag(translator, job.tgt_lang))
         try:
-            results = await batcher.submit(SCORE_KEY, items, costs)
+            results = await batcher.submit(key, items, costs)
         except QueueFull as full:
             headers = {"Retry-After": str(full.retry_after)}
             return JSONResponse({"error": str(full)}, status_code=503, headers=headers)

@@ -20,7 +20,7 @@ from nmt.translate import Translation, Translator
 
 REQUEST_KEYS = (
     "attention", "banned", "beam_tree", "constraints", "decode", "prefix", "prefixes", "text",
-    "texts",
+    "texts", "tgt_lang",
 )  # fmt: skip
 # what a request may change; batch_size, max_len_cap and max_src_pieces are the server's limits
 DECODE_KEYS = (
@@ -75,6 +75,8 @@ class Job:
     # one per text: the phrases its translation must contain; the request's "constraints", else
     # the server's decode.constraints
     constraints: list[list[str]] = dataclasses.field(default_factory=list)
+    # the language to translate into (`Translator.target_prefix`); None: the model's only one
+    tgt_lang: str | None = None
 
 
 # --- reading a request -----------------------------------------------------------------------
@@ -121,11 +123,13 @@ def parse_request(body: bytes, cfg: ServeRunConfig) -> Job:
             raise BadRequest(413, f"{len(texts)} texts: this server takes at most {cfg.max_texts}")
     prefixes = _prefixes(data, len(texts))
     constraints = _constraints(data, len(texts))
+    tgt_lang = read_tgt_lang(data)
     given = data.get("decode")
     decode_prefix = given.get("prefix") if isinstance(given, dict) else None
     chars = sum(len(t) for t in texts) + sum(len(p) for p in prefixes or [])
     chars += sum(len(p) for phrases in constraints or [] for p in phrases)
     chars += len(decode_prefix) if isinstance(decode_prefix, str) else 0
+    chars += len(tgt_lang or "")  # an unknown one is echoed in the 422
     if chars > cfg.max_chars:
         raise BadRequest(413, f"{chars} characters: this server takes at most {cfg.max_chars}")
     if not any(clean(t) for t in texts):
@@ -141,7 +145,29 @@ def parse_request(body: bytes, cfg: ServeRunConfig) -> Job:
         prefixes = [decode.prefix] * len(texts)
     if constraints is None:  # as Translator.translate_full: the decode settings' constraints
         constraints = [list(decode.constraints)] * len(texts)
-    return Job(texts, decode, flags["attention"], prefixes, flags["beam_tree"], constraints)
+    return Job(
+        texts, decode, flags["attention"], prefixes, flags["beam_tree"], constraints, tgt_lang
+    )
+
+
+def read_tgt_lang(data: dict) -> str | None:
+    """The request's "tgt_lang" (a string), None when it gives none. Whether the model takes it
+    is the Translator's to say (`target_tag`), once the request is read."""
+    tgt_lang = data.get("tgt_lang")
+    if tgt_lang is not None and not isinstance(tgt_lang, str):
+        raise BadRequest(422, f'"tgt_lang" must be a string, not {_kind(tgt_lang)}')
+    return tgt_lang
+
+
+def target_tag(translator: Translator, tgt_lang: str | None) -> tuple[int, ...]:
+    """The ids the Translator puts before each source for `tgt_lang` (`target_prefix`: the
+    language's tag, or none); a language the model does not translate into, or none given to a
+    model with several, is a 422 with the Translator's message, which names its languages. What
+    a decode depends on is these ids, not the name: requests share a batch when they are equal."""
+    try:
+        return tuple(translator.target_prefix(tgt_lang))
+    except NMTError as err:
+        raise BadRequest(422, str(err)) from None
 
 
 def _with_banned(decode: DecodeConfig, banned: object) -> DecodeConfig:
@@ -268,14 +294,21 @@ def text_cost(decode: DecodeConfig, src_pieces: int, extras: bool) -> int:
 
 def check_job(translator: Translator, job: Job, max_cost: int) -> list[int]:
     """Each text's cost (`text_cost`; 0 for a blank text), after checking the request against
-    the model: a prefix it cannot force is a 422, a total cost over `max_cost` a 413."""
+    the model: a target language it lacks or a prefix it cannot force is a 422, a total cost over
+    `max_cost` a 413. Each source is read as the Translator reads it: cut to max_src_pieces, then
+    its target tag put before it (the tag counts toward the length limit, as in the search)."""
     decode = job.decode
+    tag = list(target_tag(translator, job.tgt_lang))
     sources = read_sources(translator.vocabs.src, job.texts, decode.max_src_pieces, warn=False)
+    if tag:
+        sources.ids = [tag + ids for ids in sources.ids]
     try:
         prefix_ids(translator.vocabs.tgt, job.prefixes, sources, decode, 1, "text")
         translator.banned_ids(None, decode)
         if any(job.constraints):
-            translator.constraint_ids(job.texts, job.constraints, decode, prefixes=job.prefixes)
+            translator.constraint_ids(
+                job.texts, job.constraints, decode, prefixes=job.prefixes, tgt_lang=job.tgt_lang
+            )
     except NMTError as err:
         raise BadRequest(422, str(err)) from None
     costs = [0] * len(job.texts)
@@ -429,6 +462,9 @@ def describe_model(translator: Translator, run: TrainRunConfig, payload: dict) -
         "attention_maps": None if maps is None else {"layers": maps[0], "heads": maps[1]},
         "parameters": sum(p.numel() for p in translator.model.parameters()),
         "languages": {"source": run.data.src_lang, "target": run.data.tgt_lang},
+        # the "tgt_lang" values a request may give (Translator.languages): a model trained with
+        # target tags lists each tagged language, one without lists its data.tgt_lang alone
+        "target_languages": translator.languages,
         "data": run.data.name,
         "vocabulary": {
             "source": len(translator.vocabs.src),

@@ -2,6 +2,7 @@
 
     {"text": "Ein Hund läuft.", "translation": "A dog runs."}
     {"texts": [...], "translations": [...]}          one translation per text, in order
+    optional "tgt_lang": the language the translations are in, for a model with target tags
     -> {"scores": [{"score": -3.1, "normalized": -0.62, "pieces": [...], "piece_scores": [...]}]}
 
 `score` is the total log-probability of the translation's pieces and the EOS after them (as the
@@ -9,7 +10,9 @@ search reports it), `normalized` the same with the server's length penalty, and 
 `piece_scores` each piece (EOS last) with its log-probability: the page colours a translation by
 them. A score of -inf (a piece outside the shortlist) is JSON null. The limits of /translate
 hold: `max_texts` pairs, `max_chars` characters on both sides together; a request's cost is its
-translations' pieces (one teacher-forced step each), bounded by `max_request_cost`.
+translations' pieces (one teacher-forced step each), bounded by `max_request_cost`. "tgt_lang"
+is checked as /translate checks it (`target_tag`): the score is of the translation given the
+source with that language's tag before it, as `Translator.score` computes it.
 """
 
 from __future__ import annotations
@@ -21,16 +24,17 @@ import math
 from nmt.inputs import clean
 from nmt.run_config import ServeRunConfig
 from nmt.scoring import Scored
-from nmt.serving.protocol import BadRequest, check_keys, no_constant
+from nmt.serving.protocol import BadRequest, check_keys, no_constant, read_tgt_lang, target_tag
 from nmt.translate import Translator
 
-SCORE_KEYS = ("text", "texts", "translation", "translations")
+SCORE_KEYS = ("text", "texts", "tgt_lang", "translation", "translations")
 
 
 @dataclasses.dataclass
 class ScoreJob:
     texts: list[str]
     translations: list[str]  # one per text
+    tgt_lang: str | None = None  # the language of the translations (`Translator.target_prefix`)
 
 
 def parse_score_request(body: bytes, cfg: ServeRunConfig) -> ScoreJob:
@@ -60,15 +64,17 @@ def parse_score_request(body: bytes, cfg: ServeRunConfig) -> ScoreJob:
         raise BadRequest(422, "nothing to score: no texts")
     if len(texts) > cfg.max_texts:
         raise BadRequest(413, f"{len(texts)} texts: this server takes at most {cfg.max_texts}")
-    chars = sum(len(t) for t in texts) + sum(len(t) for t in translations)
+    tgt_lang = read_tgt_lang(data)
+    chars = sum(len(t) for t in texts) + sum(len(t) for t in translations) + len(tgt_lang or "")
     if chars > cfg.max_chars:
         raise BadRequest(413, f"{chars} characters: this server takes at most {cfg.max_chars}")
-    return ScoreJob(texts, translations)
+    return ScoreJob(texts, translations, tgt_lang)
 
 
 def score_costs(translator: Translator, job: ScoreJob, max_cost: int) -> list[int]:
     """Each pair's cost, its translation's pieces and EOS (one teacher-forced step each); a total
-    over `max_cost` is a 413."""
+    over `max_cost` is a 413, a target language the model lacks a 422 (`target_tag`)."""
+    target_tag(translator, job.tgt_lang)
     texts = [clean(t) for t in job.translations]
     costs = [len(ids) + 1 for ids in translator.vocabs.tgt.encode(texts)] if any(texts) else []
     costs = costs or [1] * len(texts)

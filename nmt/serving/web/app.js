@@ -7,7 +7,9 @@
 // The "must include / must avoid" field is terms.js: each request is dispatched as "nmt:request"
 // before it is sent (detail: the body, which a listener may add keys to), and "nmt:settings"
 // from it translates again after a pause. This script highlights the phrases each translation
-// met (its "constraints") and draws the tree's constraint progress.
+// met (its "constraints") and draws the tree's constraint progress. A model with several target
+// languages (/info's "target_languages") gets the "Into" menu: every request carries its
+// "tgt_lang" (score.js reads the same menu for /score).
 "use strict";
 
 const DEBOUNCE_MS = 250;
@@ -23,6 +25,7 @@ const ui = {
   heatmap: $("heatmap"), status: $("status"), prefixNote: $("prefix-note"),
   prefixText: $("prefix-text"), clearPrefix: $("clear-prefix"), tree: $("tree"),
   treeToggle: $("tree-toggle"), modelView: $("model-view"), attentionSource: $("attention-source"),
+  tgtLang: $("tgt-lang"), tgtLangControl: $("tgt-lang-control"),
 };
 
 const state = {
@@ -86,6 +89,7 @@ async function translate() {
 
 function request(text) {
   const body = { text, attention: true, decode: decodeSettings() };
+  if (ui.tgtLang.value) body.tgt_lang = ui.tgtLang.value; // "" while the menu has no languages
   if (state.prefix) body.prefix = state.prefix;
   if (state.showTree) body.beam_tree = true;
   // listeners run before dispatchEvent returns: what they add goes with this request
@@ -503,15 +507,15 @@ function colour(weight) {
 // --- the model and the controls --------------------------------------------------------------
 
 const capital = (word) => word.charAt(0).toUpperCase() + word.slice(1);
+const languageName = (code) => LANGUAGES[code] || code;
 
 function describeModel(info) {
-  const lang = (code) => LANGUAGES[code] || code;
-  ui.sourceLabel.textContent = lang(info.languages.source);
-  ui.targetLabel.textContent = lang(info.languages.target);
+  ui.sourceLabel.textContent = languageName(info.languages.source);
+  const targets = setupLanguages(info);
   const arch = info.family === "transformer"
     ? `Transformer ${info.encoder_layers}+${info.decoder_layers} layers, ${info.heads} heads`
     : `${info.cell.toUpperCase()}, ${capital(info.decoder)} decoder, ${info.scorer} attention`;
-  const parts = [`${info.languages.source} → ${info.languages.target}`, arch, `step ${info.step}`];
+  const parts = [`${info.languages.source} → ${targets.join(", ")}`, arch, `step ${info.step}`];
   if (info.ensemble) parts.splice(1, 1, `ensemble of ${info.ensemble.length}`, `first member: ${arch}`);
   if (info.validation.bleu !== null) {
     parts.push(`valid BLEU ${info.validation.bleu.toFixed(1)} (${info.validation.decode})`);
@@ -524,6 +528,31 @@ function describeModel(info) {
   ui.beamSize.value = String(info.decode.beam_size);
   ui.nBest.value = String(info.decode.n_best);
   syncControls();
+}
+
+// the "Into" menu: shown for a model with several target languages (trained with target tags),
+// whose requests must say which; a model with one needs no "tgt_lang", and its menu stays empty
+// and hidden (its value "" sends none). Returns the target languages to name in the model line.
+function setupLanguages(info) {
+  const targets = info.target_languages && info.target_languages.length
+    ? info.target_languages : [info.languages.target];
+  const several = targets.length > 1;
+  const kept = ui.tgtLang.value; // a reload keeps the reader's choice where the model has it
+  ui.tgtLang.replaceChildren(...(several ? targets : []).map((code) => {
+    const name = languageName(code);
+    return new Option(name === code ? code : `${name} (${code})`, code);
+  }));
+  if (several) {
+    const start = [kept, info.languages.target].find((code) => targets.includes(code));
+    ui.tgtLang.value = start || targets[0];
+  }
+  ui.tgtLangControl.hidden = !several;
+  showTargetLanguage(several ? ui.tgtLang.value : targets[0]);
+  return targets;
+}
+
+function showTargetLanguage(code) {
+  ui.targetLabel.textContent = languageName(code);
 }
 
 // an ensemble's answers carry one member's attention or the mean over its members (nmt-serve's
@@ -554,6 +583,11 @@ ui.source.addEventListener("input", () => {
   later();
 });
 ui.strategy.addEventListener("change", () => { syncControls(); translate(); });
+ui.tgtLang.addEventListener("change", () => {
+  showTargetLanguage(ui.tgtLang.value);
+  state.prefix = ""; // a forced start in the old language: the model writes the whole one again
+  translate();
+});
 document.addEventListener("nmt:settings", () => later());
 ui.beamSize.addEventListener("change", translate);
 ui.nBest.addEventListener("change", translate);

@@ -3,7 +3,8 @@
 // follows it until the reader edits it; Score (or Ctrl+Enter) shows the total log-probability,
 // the length-normalized score and one chip per piece, coloured by the probability the model gives
 // the piece there. app.js tells this script of /info and of each translation by two events,
-// "nmt:info" and "nmt:translation"; the two scripts share nothing else.
+// "nmt:info" and "nmt:translation"; the two scripts share nothing else but the "Into" menu
+// (#tgt-lang), whose language a score request carries as "tgt_lang" (none while it is empty).
 "use strict";
 
 (() => {
@@ -14,14 +15,14 @@
     total: byId("score-total"), normalized: byId("score-normalized"),
     normalizedLabel: byId("score-normalized-label"), count: byId("score-count"),
     stale: byId("score-stale"), strip: byId("score-strip"), detail: byId("score-detail"),
-    legend: byId("score-legend"),
+    legend: byId("score-legend"), tgtLang: byId("tgt-lang"),
   };
 
   const scoring = {
     sent: 0,          // id of the newest /score request sent
     translation: "",  // the model's translation on the page
     prefilled: "",    // what this script last put in the box: until it is edited, the box follows
-    scored: null,     // {source, translation} of the score on screen
+    scored: null,     // {source, translation, tgtLang} of the score on screen
     chip: 0,          // the chip that takes focus
   };
 
@@ -41,6 +42,7 @@
   async function score() {
     const source = box.source.value;
     const translation = box.text.value;
+    const tgtLang = box.tgtLang.value;
     const id = ++scoring.sent;
     if (!source.trim()) {
       showError("Type a sentence in the source box first: a translation is scored given its source.");
@@ -51,12 +53,14 @@
       return;
     }
     box.form.setAttribute("aria-busy", "true");
+    const request = { text: source, translation };
+    if (tgtLang) request.tgt_lang = tgtLang;
     let answer, body;
     try {
       answer = await fetch("/score", {
         method: "POST",
         headers: { "Content-Type": "application/json" },
-        body: JSON.stringify({ text: source, translation }),
+        body: JSON.stringify(request),
       });
       body = await answer.json().catch(() => ({})); // a proxy's page is not JSON
     } catch (err) {
@@ -69,7 +73,7 @@
       showError(body.error || `the server gave no score (${status})`);
       return;
     }
-    showScore({ source, translation }, scored);
+    showScore({ source, translation, tgtLang }, scored);
   }
 
   // --- showing a score -------------------------------------------------------------------------
@@ -136,11 +140,12 @@
     return i < 0 ? "\u00a0" : `least likely: ${describePiece(scored.pieces[i], scored.piece_scores[i])}`;
   }
 
-  // the score on screen is of what was in the boxes when Score was pressed: say when that changed
+  // the score on screen is of what was in the boxes (and the menu) when Score was pressed: say
+  // when that changed
   function markStale() {
     const what = scoring.scored;
-    const changed = what !== null &&
-      (what.source !== box.source.value || what.translation !== box.text.value);
+    const changed = what !== null && (what.source !== box.source.value ||
+      what.translation !== box.text.value || what.tgtLang !== box.tgtLang.value);
     box.result.classList.toggle("stale", changed);
     box.stale.hidden = !changed;
   }
@@ -227,6 +232,7 @@
 
   box.text.addEventListener("input", () => { syncReset(); markStale(); });
   box.source.addEventListener("input", markStale);
+  box.tgtLang.addEventListener("change", markStale);
   box.reset.addEventListener("click", () => { useTranslation(); box.text.focus(); });
 
   drawLegend();
