@@ -152,7 +152,7 @@ class Translator:
         tag = self._tag_ids.get(tgt_lang)
         return [] if tag is None else [tag]
 
-    def _sources(
+    def sources(
         self,
         texts: list[str],
         decode: DecodeConfig,
@@ -160,8 +160,9 @@ class Translator:
         first_line: int = 1,
         warn: bool = True,
     ) -> Sources:
-        """`read_sources` with the target tag put before each source (after the cut to
-        decode.max_src_pieces, so a long text keeps its tag)."""
+        """The texts as the search reads them: `read_sources` with the target tag for `tgt_lang`
+        put before each source (after the cut to decode.max_src_pieces, so a long text keeps its
+        tag). A server checks a request's prefixes and cost on them before any decode."""
         prefix = self.target_prefix(tgt_lang)
         sources = read_sources(self.vocabs.src, texts, decode.max_src_pieces, first_line, warn)
         if prefix:
@@ -250,7 +251,7 @@ class Translator:
         """Raise NMTError if a prefix cannot be forced on its text (see the module's notes),
         without translating: a server checks a request before it joins a batch."""
         decode = decode or self.decode
-        sources = self._sources(texts, decode, tgt_lang, warn=False)
+        sources = self.sources(texts, decode, tgt_lang, warn=False)
         prefix_ids(self.vocabs.tgt, prefixes, sources, decode, 1, "text")
 
     def banned_ids(
@@ -284,7 +285,7 @@ class Translator:
         the text's forced prefix (`prefixes`, or `decode.prefix`), or decode.strategy other than
         beam. `tgt_lang` as `translate_full`."""
         decode = decode or self.decode
-        sources = self._sources(texts, decode, tgt_lang, warn=False)
+        sources = self.sources(texts, decode, tgt_lang, warn=False)
         wanted = [decode.prefix] * len(texts) if prefixes is None else prefixes
         forced = prefix_ids(self.vocabs.tgt, wanted, sources, decode, first_line, "text")
         required = self._required(sources, constraints, forced, banned, decode, first_line, "text")
@@ -378,7 +379,7 @@ class Translator:
         decode = decode or self.decode
         if decode is not self.decode:
             self.check(decode)
-        sources = self._sources(texts, decode, tgt_lang, first_line)
+        sources = self.sources(texts, decode, tgt_lang, first_line)
         wanted = [decode.prefix] * len(texts) if prefixes is None else prefixes
         forced_ids = prefix_ids(self.vocabs.tgt, wanted, sources, decode, first_line)
         blocked = self.banned_ids(banned, decode)
@@ -450,7 +451,7 @@ class Translator:
         decode = decode or self.decode
         if decode is not self.decode:
             self.check(decode)
-        read = self._sources(sources, decode, tgt_lang, first_line)
+        read = self.sources(sources, decode, tgt_lang, first_line)
         src_ids = read.place(read.ids, lambda i: [EOS])
         texts = [clean(t) for t in translations]
         tgt_ids = self.vocabs.tgt.encode(texts) if any(texts) else [[] for _ in texts]

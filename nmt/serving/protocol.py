@@ -14,7 +14,7 @@ from torch import Tensor
 
 from nmt.config import DecodeConfig, LengthPenalty, RNNConfig, Strategy, TransformerConfig
 from nmt.errors import NMTError
-from nmt.inputs import clean, prefix_ids, read_sources
+from nmt.inputs import clean, prefix_ids
 from nmt.run_config import ServeRunConfig, TrainRunConfig, flatten
 from nmt.translate import Translation, Translator
 
@@ -298,10 +298,8 @@ def check_job(translator: Translator, job: Job, max_cost: int) -> list[int]:
     `max_cost` a 413. Each source is read as the Translator reads it: cut to max_src_pieces, then
     its target tag put before it (the tag counts toward the length limit, as in the search)."""
     decode = job.decode
-    tag = list(target_tag(translator, job.tgt_lang))
-    sources = read_sources(translator.vocabs.src, job.texts, decode.max_src_pieces, warn=False)
-    if tag:
-        sources.ids = [tag + ids for ids in sources.ids]
+    target_tag(translator, job.tgt_lang)  # a language the model lacks: a 422 naming its own
+    sources = translator.sources(job.texts, decode, job.tgt_lang, warn=False)
     try:
         prefix_ids(translator.vocabs.tgt, job.prefixes, sources, decode, 1, "text")
         translator.banned_ids(None, decode)
