@@ -298,9 +298,8 @@ def check_job(translator: Translator, job: Job, max_cost: int) -> list[int]:
     `max_cost` a 413. Each source is read as the Translator reads it: cut to max_src_pieces, then
     its target tag put before it (the tag counts toward the length limit, as in the search)."""
     decode = job.decode
-    target_tag(translator, job.tgt_lang)  # a language the model lacks: a 422 naming its own
-    sources = translator.sources(job.texts, decode, job.tgt_lang, warn=False)
-    try:
+    try:  # a language the model lacks: a 422 with the Translator's message, naming its own
+        sources = translator.sources(job.texts, decode, job.tgt_lang, warn=False)
         prefix_ids(translator.vocabs.tgt, job.prefixes, sources, decode, 1, "text")
         translator.banned_ids(None, decode)
         if any(job.constraints):
