@@ -136,9 +136,13 @@ class EpochSampling:
     Since a draw depends on nothing else, the lengths of a whole epoch's draws are known before
     its first batch (`TokenizedCorpus.lengths`), and the epoch is planned from them: batches
     bucket the sampled lengths, hold at most `train.batch_tokens` padded tokens, keep the
-    shapes of `train.length_step`, and the loss is normalised by the sampled target tokens."""
+    shapes of `train.length_step`, and the loss is normalised by the sampled target tokens.
+    Without a target sampler (data.tokenizer.sample_target=false) targets keep their best
+    segmentation."""
 
-    def __init__(self, src: PieceSampler, tgt: PieceSampler, seed: int, max_len: int) -> None:
+    def __init__(
+        self, src: PieceSampler, tgt: PieceSampler | None, seed: int, max_len: int
+    ) -> None:
         self.samplers = (src, tgt)
         self.seed, self.max_len = seed, max_len
 
@@ -149,9 +153,13 @@ class EpochSampling:
         that side's candidates; -1: keep the stored segmentation)."""
         out = []
         for side, (counts, lens, ids) in enumerate(candidates):
+            sampler = self.samplers[side]
+            if sampler is None:  # this side keeps its stored (best) segmentation
+                out.append(np.full(len(index), -1, dtype=np.int64))
+                continue
             key = (self.seed, epoch, side)
             # candidates carry no EOS: a source of max_len pieces + EOS is what the filter keeps
-            out.append(self.samplers[side].choose(counts, lens, ids, index, key, self.max_len))
+            out.append(sampler.choose(counts, lens, ids, index, key, self.max_len))
         return out[0], out[1]
 
     def lengths(

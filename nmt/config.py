@@ -139,6 +139,9 @@ class TokenizerConfig:
     sample_alpha: float = 0.0
     # how many segmentations a pair is drawn from (computed once per corpus, kept in its cache)
     sample_nbest: int = 16
+    # false: sample the sources only, each target keeps its best segmentation (the decoder
+    # learns the segmentation it will be scored in; the n-best lists in the cache are the same)
+    sample_target: bool = True
 
     def __post_init__(self) -> None:
         # why n-best lists and not sentencepiece's own sampler: nmt.tokenizer.PieceSampler

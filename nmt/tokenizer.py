@@ -136,7 +136,7 @@ class Vocabs:
 
 # the TokenizerConfig fields that decide how training text is segmented each epoch, not what the
 # tokenizer is: a run may change them and keep its tokenizer (train.init_from, the cache)
-SAMPLING_KEYS = ("sample_alpha", "sample_nbest")
+SAMPLING_KEYS = ("sample_alpha", "sample_nbest", "sample_target")
 
 
 class PieceSampler:

@@ -134,6 +134,57 @@ with TokenizedCorpus(Path({str(entry)!r}), {MAX_LEN}, sampling) as corpus:
         assert rows(other.batch(examples, 2), "tgt") != rows(here, "tgt")
 
 
+def test_sources_only_sampling_keeps_the_best_targets(sampled):
+    """data.tokenizer.sample_target=false: sources get the very draws they get with both sides
+    sampled (a side's draw is keyed by its side alone), targets keep their best segmentation, and
+    the epoch is planned from those lengths."""
+    _, vocabs, entry, corpus = sampled
+    only = EpochSampling(PieceSampler(vocabs.src, SAMPLING), None, 7, MAX_LEN)
+    with TokenizedCorpus(entry, MAX_LEN, only) as sources_only:
+        for epoch in (0, 3):
+            src_lens, tgt_lens = sources_only.lengths(epoch)
+            assert np.array_equal(tgt_lens, corpus.tgt_lens)
+            assert np.array_equal(src_lens, corpus.lengths(epoch)[0])
+            assert not np.array_equal(src_lens, corpus.src_lens)
+            plan = epoch_batches(src_lens, tgt_lens, 600, seed=7, epoch=epoch)
+            for index in plan[:4]:
+                one, both, best = (
+                    sources_only.batch(index, epoch),
+                    corpus.batch(index, epoch),
+                    corpus.batch(index),
+                )
+                assert rows(one, "tgt") == rows(best, "tgt")
+                assert (
+                    torch.equal(one.tgt_in, best.tgt_in) and one.n_tgt_tokens == best.n_tgt_tokens
+                )
+                assert rows(one, "src") == rows(both, "src")
+
+
+def test_sample_target_false_trains_on_the_best_targets(runs, tmp_path, monkeypatch):
+    """Through nmt-train: every batch the model sees has its targets as the best segmentation
+    makes them, and sources that are drawn."""
+    from nmt.training import trainer as trainer_module
+
+    real_loss, real_update = trainer_module.batch_loss, trainer_module.Trainer.update
+    training, compared = [], []
+
+    def loss(model, batch, smoothing):
+        best = training[-1].data.train.batch(batch.index)  # the same pairs, best segmentation
+        assert rows(batch, "tgt") == rows(best, "tgt")
+        compared.append(sum(a != b for a, b in zip(rows(batch, "src"), rows(best, "src"))))
+        return real_loss(model, batch, smoothing)
+
+    def update(self, group):
+        training.append(self)
+        return real_update(self, group)
+
+    monkeypatch.setattr(trainer_module, "batch_loss", loss)
+    monkeypatch.setattr(trainer_module.Trainer, "update", update)
+    args = [*runs["common"], *SAMPLING_ARGS, "data.tokenizer.sample_target=false"]
+    assert cli.train([*args, "train.max_steps=10", f"run_dir={tmp_path / 'run'}"]) == 0
+    assert len(compared) == 10 and sum(compared) > 0  # sources drawn
+
+
 def test_an_epoch_is_planned_from_its_draws_within_max_len(sampled):
     _, vocabs, entry, corpus = sampled
     src_lens, tgt_lens = corpus.lengths(3)

@@ -212,7 +212,7 @@ def _sampling(cfg: TrainRunConfig, vocabs: Vocabs) -> EpochSampling | None:
         return None
     src = PieceSampler(vocabs.src, tok)
     tgt = src if vocabs.tgt is vocabs.src else PieceSampler(vocabs.tgt, tok)
-    return EpochSampling(src, tgt, cfg.seed, cfg.data.max_len)
+    return EpochSampling(src, tgt if tok.sample_target else None, cfg.seed, cfg.data.max_len)
 
 
 def _tokenizer(cfg: TrainRunConfig, run_dir: Path, cache: Path, source: str) -> None:
