@@ -147,31 +147,34 @@ def train_digests(cfg: DataConfig) -> list[tuple[str, int]]:
     return [split_digest(corpus_data(cfg, c), Split.train) for c in cfg.corpora]
 
 
-def valid_splits(cfg: DataConfig) -> list[tuple[CorpusConfig, Corpus]]:
-    """The validation split of every corpus, each once (read before any work: small)."""
+def valid_splits(cfg: DataConfig) -> list[tuple[str, CorpusConfig, Corpus]]:
+    """The validation split of every corpus, each once (read before any work: small), with its
+    direction ("de-en")."""
     seen, out = set(), []
     for corpus in cfg.corpora:
         data = corpus_data(cfg, corpus)
         key = (repr(dataclasses.replace(data, name="")), corpus.tgt_tag, corpus.src_tag)
         if key not in seen:
             seen.add(key)
-            out.append((corpus, read_split(data, Split.valid)))
+            out.append(("-".join(cfg.languages(corpus)), corpus, read_split(data, Split.valid)))
     return out
 
 
 def encode_valid(
-    splits: list[tuple[CorpusConfig, Corpus]], vocabs: Vocabs, ids: dict[str, int]
-) -> tuple[Encoded, list[str]]:
+    splits: list[tuple[str, CorpusConfig, Corpus]], vocabs: Vocabs, ids: dict[str, int]
+) -> tuple[Encoded, list[str], dict[str, range]]:
     """The validation splits as one, tags before the sources, and the references: validation
-    scores the mixture of directions."""
-    src, tgt, refs = [], [], []
-    for corpus, raw in splits:
+    scores the mixture of directions. Also, per direction, the rows of its first split: the
+    split nmt-evaluate scores that direction on (`directions`), which validation scores alone."""
+    src, tgt, refs, rows = [], [], [], {}
+    for direction, corpus, raw in splits:
         prefix = source_prefix(corpus, ids)
         encoded = encode(raw, vocabs)
+        rows.setdefault(direction, range(len(src), len(src) + len(encoded)))
         src += [prefix + s for s in encoded.src]
         tgt += encoded.tgt
         refs += raw.tgt
-    return Encoded(src, tgt), refs
+    return Encoded(src, tgt), refs, rows
 
 
 class MixedCorpus:

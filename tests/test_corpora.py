@@ -2,6 +2,7 @@
 epoch mixing by weight and temperature, language tags as reserved pieces inserted after subword
 sampling, a no-corpora run unchanged, exact resume, translation and evaluation by direction."""
 
+import json
 import random
 from pathlib import Path
 
@@ -254,6 +255,21 @@ def test_evaluate_scores_each_direction(tagged, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "test.xx-aa:" in printed and "test.xx-bb:" in printed
     assert word_share((out / "test.xx-aa.hyp").read_text().splitlines(), AA) > 0.9
+
+
+def test_validation_scores_each_direction_as_evaluate_does(tagged, tmp_path):
+    """Validation logs one BLEU over the mixed validation sets (what `best` is chosen on) and one
+    per direction, from the same hypotheses: each the BLEU nmt-evaluate gives that direction's
+    validation split with the same (greedy) search."""
+    rows = (tagged.parent.parent / "metrics.jsonl").read_text().splitlines()
+    valid = [r for r in map(json.loads, rows) if r["split"] == "valid"][-1]
+    assert {"bleu", "bleu_xx-aa", "bleu_xx-bb"} <= set(valid)
+    assert valid["bleu_xx-aa"] != valid["bleu_xx-bb"]
+    for direction in ("xx-aa", "xx-bb"):
+        args = [f"ckpt={tagged}", "split=valid", f"direction={direction}", "decode=greedy"]
+        assert cli.evaluate([*args, f"out_dir={tmp_path}"]) == 0
+        record = OmegaConf.load(tmp_path / f"valid.{direction}.scores.json")
+        assert record.bleu == pytest.approx(valid[f"bleu_{direction}"], abs=1e-9)
 
 
 def test_resume_is_exact_with_tags_mixing_and_sampling(toy, tmp_path):

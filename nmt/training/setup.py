@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import sentencepiece as spm
@@ -71,6 +71,8 @@ class RunData:
     valid: Encoded
     valid_references: list[str]  # raw target side of the validation split, for BLEU
     lexicon: Lexicon  # saved with every checkpoint, for decode.shortlist (nmt/lexicon.py)
+    # several corpora: direction ("de-en") -> its rows of `valid`, each also scored alone
+    valid_directions: dict[str, range] = field(default_factory=dict)
 
 
 def prepare_run(
@@ -135,13 +137,14 @@ def prepare_run(
         lexicon = load_lexicon(run_dir)
         if lexicon is None:
             raise NMTError(f"{run_dir / LEXICON_FILE} is missing: rank 0 wrote it to another disk?")
+        directions: dict[str, range] = {}
         if valid_corpus is not None:
             valid, references = encode(valid_corpus, vocabs), valid_corpus.tgt
         else:
-            valid, references = corpora.encode_valid(valid_mix, vocabs, tag_ids)
+            valid, references, directions = corpora.encode_valid(valid_mix, vocabs, tag_ids)
         if cfg.train.valid_bleu:  # a prefix validation cannot force fails now, not at step 1000
             validation_prefixes(valid.src, vocabs.tgt, cfg.decode)
-        data = RunData(vocabs, train_data, valid, references, lexicon)
+        data = RunData(vocabs, train_data, valid, references, lexicon, directions)
         model = build_model(cfg.model, len(vocabs.src), len(vocabs.tgt), vocabs.joint)
         if init is not None:
             model.load_state_dict(init.payload["model"])

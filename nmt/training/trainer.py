@@ -303,7 +303,7 @@ class Trainer:
         if self.where.main:
             metrics = validate(
                 self.model, self.data.valid, self.data.valid_references, self.data.vocabs,
-                self.cfg, self.device, self.data.lexicon,
+                self.cfg, self.device, self.data.lexicon, self.data.valid_directions,
             )  # fmt: skip
             if self.cfg.train.valid_heatmaps:
                 src = self.data.valid.src[: self.cfg.train.valid_heatmaps]

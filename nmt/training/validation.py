@@ -37,10 +37,12 @@ def validate(
     cfg: TrainRunConfig,
     device: torch.device,
     lexicon: Lexicon | None = None,
+    directions: dict[str, range] | None = None,
 ) -> dict:
     """{"loss", "ppl"} per target token, and "bleu" with `train.valid_bleu` (against the raw
     `references`, detokenized as nmt-evaluate scores; `lexicon` serves `decode.shortlist`).
-    Leaves the model in training mode."""
+    With several `directions` (a model of several corpora: direction -> its rows), also
+    "bleu_<direction>" for each, from the same hypotheses. Leaves the model in training mode."""
     # decode.prefix checked first: a prefix it cannot force fails before any work
     prefixes = (
         validation_prefixes(data.src, vocabs.tgt, cfg.decode) if cfg.train.valid_bleu else None
@@ -60,7 +62,12 @@ def validate(
         # the search runs as nmt-evaluate runs it (in decode.precision), so the BLEU logged here
         # is the one nmt-evaluate gives the checkpoint
         hyps = decode_all(model, data.src, cfg.decode, device, lexicon=lexicon, prefixes=prefixes)
-        result["bleu"] = bleu(vocabs.tgt.decode([h[0].tokens for h in hyps]), references)
+        texts = vocabs.tgt.decode([h[0].tokens for h in hyps])
+        result["bleu"] = bleu(texts, references)
+        if directions and len(directions) > 1:  # each alone, from the same hypotheses
+            for name, rows in directions.items():
+                part = slice(rows.start, rows.stop)
+                result[f"bleu_{name}"] = bleu(texts[part], references[part])
     model.train()
     return result
 
