@@ -246,6 +246,12 @@ class DataConfig:
         """(source, target) language of an entry of `corpora`."""
         return corpus.src_lang or self.src_lang, corpus.tgt_lang or self.tgt_lang
 
+    def source_languages(self) -> list[str]:
+        """The languages a model trained on this config reads, in the order of its corpora."""
+        if not self.corpora:
+            return [self.src_lang]
+        return list(dict.fromkeys(self.languages(c)[0] for c in self.corpora))
+
     def target_tags(self) -> dict[str, str | None]:
         """Target language -> the tag that asks for it: what a model trained on this config
         translates into, {tgt_lang: None} for a model without target tags."""

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from starlette.testclient import TestClient
-from test_corpora import AA, BB, TAGGED, train_args, word_share, write_toy
+from test_corpora import AA, BB, TAGGED, corpora_override, train_args, word_share, write_toy
 from test_serve import BEAM, post, serve_config
 from test_serve_browser import CHROMIUM, api, browser_page, score_api, serving
 
@@ -76,6 +76,15 @@ def test_info_lists_the_target_languages(client, plain):
         info = c.get("/info").json()
     assert info["target_languages"] == ["aa"]  # no tags: its data.tgt_lang alone
     assert info["languages"] == {"source": "xx", "target": "aa"}
+    assert info["source_languages"] == ["xx"]
+
+
+def test_info_lists_every_source_of_a_many_to_one_model(toy, tmp_path):
+    many = corpora_override({"src_lang": "aa"}, {"src_lang": "bb"})
+    ckpt = trained(toy, tmp_path, 4, many, "data.src_lang=aa", "data.tgt_lang=xx")
+    with TestClient(load_app(serve_config(ckpt))) as c:
+        info = c.get("/info").json()
+    assert info["source_languages"] == ["aa", "bb"] and info["target_languages"] == ["xx"]
 
 
 def test_each_language_is_translated_and_scored_as_the_translator_does(client, translator):

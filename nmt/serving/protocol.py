@@ -462,6 +462,8 @@ def describe_model(translator: Translator, run: TrainRunConfig, payload: dict) -
         # the "tgt_lang" values a request may give (Translator.languages): a model trained with
         # target tags lists each tagged language, one without lists its data.tgt_lang alone
         "target_languages": translator.languages,
+        # the languages it was trained to read: several for a many-to-one model, no tag needed
+        "source_languages": run.data.source_languages(),
         "data": run.data.name,
         "vocabulary": {
             "source": len(translator.vocabs.src),

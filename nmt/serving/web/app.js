@@ -510,12 +510,15 @@ const capital = (word) => word.charAt(0).toUpperCase() + word.slice(1);
 const languageName = (code) => LANGUAGES[code] || code;
 
 function describeModel(info) {
-  ui.sourceLabel.textContent = languageName(info.languages.source);
+  // a many-to-one model reads several languages, none of which needs saying
+  const sources = info.source_languages && info.source_languages.length
+    ? info.source_languages : [info.languages.source];
+  ui.sourceLabel.textContent = sources.map(languageName).join(", ");
   const targets = setupLanguages(info);
   const arch = info.family === "transformer"
     ? `Transformer ${info.encoder_layers}+${info.decoder_layers} layers, ${info.heads} heads`
     : `${info.cell.toUpperCase()}, ${capital(info.decoder)} decoder, ${info.scorer} attention`;
-  const parts = [`${info.languages.source} → ${targets.join(", ")}`, arch, `step ${info.step}`];
+  const parts = [`${sources.join(", ")} → ${targets.join(", ")}`, arch, `step ${info.step}`];
   if (info.ensemble) parts.splice(1, 1, `ensemble of ${info.ensemble.length}`, `first member: ${arch}`);
   if (info.validation.bleu !== null) {
     parts.push(`valid BLEU ${info.validation.bleu.toFixed(1)} (${info.validation.decode})`);
