@@ -158,12 +158,19 @@ def test_two_processes_tokenize_the_table_one_does(corpus, tmp_path, monkeypatch
     assert read_back(two) == read_back(entry) == encoded(cfg, vocabs)
 
 
-def test_every_pair_reads_back_across_several_shards(corpus, tmp_path, monkeypatch):
+def test_every_pair_reads_back_across_several_files(corpus, tmp_path, monkeypatch):
+    """Three tokenizing processes write three Arrow files, moved into the entry in row order."""
     cfg, vocabs, _ = corpus
-    monkeypatch.setattr(tokenized, "SHARD_BYTES", 8_000)  # 400 pairs: several Arrow files
+    cfg = dataclasses.replace(cfg, num_proc=3)
+    monkeypatch.setattr(tokenized, "MIN_PAIRS_PER_PROCESS", 100)  # 400 pairs: 3 processes
     source, pairs = split_digest(cfg, Split.train)
     entry = tokenize(cfg, vocabs, tmp_path / "cache", source, pairs)
-    assert len(list((entry / tokenized.DATA).glob("data-*.arrow"))) >= 3
+    files = sorted(p.name for p in (entry / tokenized.DATA).iterdir())
+    assert files == [f"data-0000{i}-of-00003.arrow" for i in range(3)]
+    assert not (entry / "work").exists()
+    import datasets  # each file is a dataset of its own
+
+    assert sum(len(datasets.Dataset.from_file(str(entry / "data" / f))) for f in files) == pairs
     src, tgt = encoded(cfg, vocabs)
     with TokenizedCorpus(entry, 1000) as arrow:
         assert len(arrow) == len(src) == pairs
