@@ -145,6 +145,8 @@ class EpochSampling:
     ) -> None:
         self.samplers = (src, tgt)
         self.seed, self.max_len = seed, max_len
+        # the sides drawn: a corpus reads no n-best lists of the others
+        self.sampled = (True, tgt is not None)
 
     def draw(
         self, candidates: tuple[Candidates, Candidates], index: np.ndarray, epoch: int

@@ -246,6 +246,10 @@ class DataConfig:
         """(source, target) language of an entry of `corpora`."""
         return corpus.src_lang or self.src_lang, corpus.tgt_lang or self.tgt_lang
 
+    def direction(self, corpus: CorpusConfig) -> str:
+        """ "src-tgt" of an entry of `corpora`: how nmt-evaluate and validation name it."""
+        return "-".join(self.languages(corpus))
+
     def source_languages(self) -> list[str]:
         """The languages a model trained on this config reads, in the order of its corpora."""
         if not self.corpora:
@@ -268,7 +272,7 @@ class DataConfig:
                 f"data.corpora weights {weights}: each must be a finite number >= 0, and their "
                 "sum positive"
             )
-        names = [c.name or "-".join(self.languages(c)) for c in self.corpora]
+        names = [c.name or self.direction(c) for c in self.corpora]
         tags: dict[str, str] = {}  # tag -> what it means, to catch one piece with two meanings
         for i, (corpus, name) in enumerate(zip(self.corpora, names)):
             tgt = self.languages(corpus)[1]

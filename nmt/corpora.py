@@ -80,7 +80,7 @@ def directions(cfg: DataConfig) -> dict[str, tuple[DataConfig, CorpusConfig | No
         return {f"{cfg.src_lang}-{cfg.tgt_lang}": (cfg, None)}
     out: dict[str, tuple[DataConfig, CorpusConfig | None]] = {}
     for corpus in cfg.corpora:
-        out.setdefault("-".join(cfg.languages(corpus)), (corpus_data(cfg, corpus), corpus))
+        out.setdefault(cfg.direction(corpus), (corpus_data(cfg, corpus), corpus))
     return out
 
 
@@ -156,7 +156,7 @@ def valid_splits(cfg: DataConfig) -> list[tuple[str, CorpusConfig, Corpus]]:
         key = (repr(dataclasses.replace(data, name="")), corpus.tgt_tag, corpus.src_tag)
         if key not in seen:
             seen.add(key)
-            out.append(("-".join(cfg.languages(corpus)), corpus, read_split(data, Split.valid)))
+            out.append((cfg.direction(corpus), corpus, read_split(data, Split.valid)))
     return out
 
 
@@ -249,7 +249,7 @@ class MixedCorpus:
                     index = local[chunk]
                     best = (part.src_lens[index], part.tgt_lens[index])
                     if self.sampling is not None and epoch is not None:
-                        cands = part.candidates(index)
+                        cands = part.candidates(index, self.sampling.sampled)
                         best = self.sampling.lengths(cands, best, keys[chunk], epoch)
                     src[chunk] = best[0].astype(np.int32) + len(self.prefixes[c])
                     tgt[chunk] = best[1]
@@ -278,7 +278,9 @@ class MixedCorpus:
             part, index = self.parts[c], local[rows]
             arrays = part.flat(index)
             if self.sampling is not None and epoch is not None:
-                arrays = self.sampling.resegment(arrays, part.candidates(index), keys[rows], epoch)
+                arrays = self.sampling.resegment(
+                    arrays, part.candidates(index, self.sampling.sampled), keys[rows], epoch
+                )
             src, src_lens = _prepend(arrays[0], arrays[1], self.prefixes[c])
             for k, a in enumerate((src, src_lens, arrays[2], arrays[3])):
                 out[k].append(np.asarray(a, dtype=np.int64))

@@ -165,7 +165,9 @@ class TokenizedCorpus:
             for first in range(0, len(self), LENGTHS_CHUNK):
                 index = np.arange(first, min(first + LENGTHS_CHUNK, len(self)), dtype=np.int64)
                 best = (self.src_lens[index], self.tgt_lens[index])
-                drawn = self.sampling.lengths(self.candidates(index), best, index, epoch)
+                drawn = self.sampling.lengths(
+                    self.candidates(index, self.sampling.sampled), best, index, epoch
+                )
                 src[index], tgt[index] = drawn
             self._epoch_lengths = (epoch, src, tgt)
         return self._epoch_lengths[1], self._epoch_lengths[2]
@@ -177,7 +179,8 @@ class TokenizedCorpus:
         examples = np.asarray(index, dtype=np.int64)
         src, src_lens, tgt, tgt_lens = self.flat(examples)
         if self.sampling is not None and epoch is not None:
-            arrays, candidates = (src, src_lens, tgt, tgt_lens), self.candidates(examples)
+            arrays = (src, src_lens, tgt, tgt_lens)
+            candidates = self.candidates(examples, self.sampling.sampled)
             src, src_lens, tgt, tgt_lens = self.sampling.resegment(
                 arrays, candidates, examples, epoch
             )
@@ -197,13 +200,19 @@ class TokenizedCorpus:
             out += [self._read(side, index, batch, fds, counts), counts]
         return out[0], out[1], out[2], out[3]
 
-    def candidates(self, index: np.ndarray) -> tuple[Candidates, Candidates]:
+    def candidates(
+        self, index: np.ndarray, sides: tuple[bool, bool] = (True, True)
+    ) -> tuple[Candidates, Candidates]:
         """Per side, the n best segmentations of examples `index` (an entry built with subword
         sampling on): (count per example, length of each, their ids flat), without EOS. One
-        pread per example and side."""
+        pread per example and side; a side not in `sides` is not read (no candidates)."""
         batch, fds = self._where(index)
         out = []
-        for name in NBEST_COLUMNS:
+        for name, wanted in zip(NBEST_COLUMNS, sides):
+            if not wanted:
+                none = np.zeros(0, dtype=np.int64)
+                out.append((np.zeros(len(index), dtype=np.int64), none, none))
+                continue
             sizes = self._sizes[name][index].astype(np.int64)
             out.append(_unpack(self._read(name, index, batch, fds, sizes), sizes))
         return out[0], out[1]
