@@ -68,6 +68,19 @@ class Comparison:
 
     results: dict[str, list[SystemScore]]
     signatures: dict[str, str]
+    samples: int = BOOTSTRAP_SAMPLES
+
+    @property
+    def p_floor(self) -> float:
+        """The smallest p-value the test can give, 1 / (samples + 1): no resample's difference
+        reached the observed one. It bounds the p-value; it does not measure it."""
+        return 1.0 / (self.samples + 1)
+
+    def shown_p(self, p_value: float) -> str:
+        """ "p = 0.0420", or at the floor "p ≤ 0.001" (with 1,000 samples)."""
+        if p_value <= self.p_floor:
+            return f"p ≤ {1 / self.samples:g}"
+        return f"p = {p_value:.4f}"
 
     @property
     def lines(self) -> list[str]:
@@ -77,7 +90,7 @@ class Comparison:
         for metric, rows in self.results.items():
             out.append(f"{metric}:")
             for r in rows:
-                p = "baseline" if r.p_value is None else f"p = {r.p_value:.4f}"
+                p = "baseline" if r.p_value is None else self.shown_p(r.p_value)
                 mark = " *" if r.p_value is not None and r.p_value < 0.05 else ""
                 out.append(
                     f"  {r.system:<{width}}  {r.score:6.2f}  "
@@ -90,6 +103,9 @@ class Comparison:
     def to_dict(self) -> dict:
         return {
             "test": "paired bootstrap resampling (sacreBLEU)",
+            "samples": self.samples,
+            # a p_value equal to this is a bound, p <= p_floor: see `p_floor`
+            "p_floor": self.p_floor,
             "results": {m: [asdict(r) for r in rows] for m, rows in self.results.items()},
             "signatures": self.signatures,
         }
@@ -120,9 +136,12 @@ def compare(
     and the paired-bootstrap p-value of each system after the first (the baseline) against it.
     Every system resamples the same sentences (seeded), so the output is the same every run.
 
-    A system with exactly the baseline's hypotheses gets p = 1: sacreBLEU counts the resamples
+    A system whose hypotheses differ from the baseline's only where a metric cannot see (its
+    tokenizer undoes the difference: "runs ." and "runs.", whitespace) gets p = 1 under that
+    metric, as does one with exactly the baseline's hypotheses: sacreBLEU counts the resamples
     whose (centred) difference exceeds the observed one, and with no difference at all none
-    does, which gives its smallest p-value, 1/(samples+1), the opposite of the truth."""
+    does, which gives its smallest p-value, 1/(samples+1), the opposite of the truth. A p-value at
+    that floor is a bound: `Comparison.lines` shows it as "p ≤ 0.001"."""
     if len(systems) < 2:
         raise NMTError("compare needs a baseline and at least one other system")
     for name, hypotheses in systems:
@@ -134,19 +153,21 @@ def compare(
     with _sacrebleu_seed(seed):
         test = PairedTest(systems, metrics, [references], test_type="bs", n_samples=samples)
         signatures, table = test()
-    baseline = systems[0][1]
     results = {}
     for metric, rows in table.items():
         if metric == "System":
             continue
+        # what the metric sees of each sentence: its statistics, as the test itself reads them
+        # (sacreBLEU's PairedTest calls the same method)
+        seen = [metrics[metric]._extract_corpus_statistics(h, [references]) for _, h in systems]
         results[metric] = [
             SystemScore(
                 name, float(r.score), float(r.mean), float(r.ci),
-                None if k == 0 else 1.0 if hyps == baseline else float(r.p_value),
+                None if k == 0 else 1.0 if seen[k] == seen[0] else float(r.p_value),
             )
-            for k, ((name, hyps), r) in enumerate(zip(systems, rows))
+            for k, ((name, _), r) in enumerate(zip(systems, rows))
         ]  # fmt: skip
-    return Comparison(results, {m: str(s) for m, s in signatures.items()})
+    return Comparison(results, {m: str(s) for m, s in signatures.items()}, samples)
 
 
 def perplexity(nll_per_token: float) -> float:

@@ -47,6 +47,35 @@ def test_a_copy_of_the_baseline_is_not_significant():
         assert base.ci > 0
 
 
+def test_a_difference_the_metric_cannot_see_is_not_significant():
+    """Doubled spaces: no metric sees them. A full stop set apart from its word: BLEU's 13a
+    tokenizer and chrF (which ignores spaces) read it as before, TER (which splits at spaces)
+    does not. Where the metric sees the baseline again, p = 1 (sacreBLEU alone says p at its
+    floor, 1/1001, for these systems are not equal as strings)."""
+    doubled = [b.replace(" ", "  ") for b in BASELINE]
+    detached = [b.replace(".", " .") for b in BASELINE]
+    assert doubled != BASELINE and detached != BASELINE
+    comparison = compare([("base", BASELINE), ("doubled", doubled), ("detached", detached)],
+                         REFERENCES)  # fmt: skip
+    for metric in METRICS:
+        base, spaced, apart = comparison.results[metric]
+        assert spaced.p_value == 1.0 and spaced.score == base.score, metric
+        if metric != "TER":
+            assert apart.p_value == 1.0 and apart.score == base.score, metric
+    assert comparison.results["TER"][2].score != comparison.results["TER"][0].score
+    assert all("p = 1.0000" in line for line in comparison.lines if "doubled" in line)
+
+
+def test_a_p_value_at_the_floor_of_the_resampling_is_shown_as_a_bound():
+    comparison = compare([("base", BASELINE), ("refs", REFERENCES)], REFERENCES)
+    assert comparison.results["BLEU"][1].p_value == pytest.approx(1 / 1001)
+    row = next(line for line in comparison.lines if line.strip().startswith("refs"))
+    assert row.endswith("p ≤ 0.001 *") and "p = 0.0010" not in row
+    assert comparison.to_dict()["p_floor"] == pytest.approx(1 / 1001)
+    few = compare([("base", BASELINE), ("refs", REFERENCES)], REFERENCES, samples=100)
+    assert any("p ≤ 0.01 *" in line for line in few.lines)
+
+
 @pytest.mark.parametrize("better", ["references", "half"])
 def test_a_clearly_better_system_is_significant(better):
     system = REFERENCES if better == "references" else HALF_FIXED
