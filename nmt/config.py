@@ -17,6 +17,10 @@ from omegaconf import MISSING
 from nmt.errors import NMTError
 
 SHORTLIST_MAX = 64  # translations per source piece a lexicon keeps (nmt/lexicon.py)
+NEED_BEAM = (
+    "constraints need decode=beam: greedy and sampling keep one path per sentence, with no beam "
+    "to allocate over the constraints' progress (set decode.strategy=beam)"
+)
 
 
 class Cell(str, Enum):
@@ -525,17 +529,17 @@ class DecodeConfig:
     # may differ from fp32 where two hypotheses score within bf16's rounding
     precision: Precision = Precision.fp32
     # every translation starts with this target text (a forced prefix, scored by the model):
-    # interactive translation, "what if" re-decoding. Per-text prefixes (the Translator's
-    # `prefixes`, nmt-translate's TSV input, the HTTP API's "prefix") take its place
+    # interactive translation, "what if" re-decoding. Per-text prefixes (a call's `prefixes`,
+    # nmt-translate's TSV input, the HTTP API's "prefix") take its place (nmt.request)
     prefix: str = ""
     # phrases (target text) no translation may contain, in every strategy: the search blocks a
-    # phrase's last piece where a hypothesis ends with its other pieces (nmt.search.constraints;
-    # which piece sequences that covers: nmt.phrases.banned_ids). One list for all texts; the
-    # Translator's per-call `banned` adds to it
+    # phrase's last piece where a hypothesis ends with its other pieces (nmt.search.rules; which
+    # piece sequences that covers: nmt.phrases.banned_forms). One list for all texts; a call's
+    # `banned` adds to it (nmt.request)
     banned: list[str] = field(default_factory=list)
     # phrases (target text) every translation must contain, each contiguous, in an order the
-    # search chooses (positive constraints; beam search only, nmt.search.constraints). One list
-    # for all texts; the Translator's per-call `constraints` take its place
+    # search chooses (positive constraints; beam search only, nmt.search.positive). One list
+    # for all texts; a call's `constraints` (one list per text) take its place (nmt.request)
     constraints: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -567,11 +571,7 @@ class DecodeConfig:
                     f"decode.constraints[{i}] must be a non-blank phrase, got {phrase!r}"
                 )
         if self.constraints and self.strategy != Strategy.beam:
-            raise NMTError(
-                f"decode.constraints need decode=beam (got decode.strategy="
-                f"{self.strategy.value}): only a beam can keep hypotheses that have met "
-                "different constraints"
-            )
+            raise NMTError(f"decode.constraints={self.constraints}: {NEED_BEAM}")
 
     def describe(self) -> str:
         """A short human-readable summary, printed next to scores."""
@@ -601,6 +601,13 @@ class DecodeConfig:
         if self.constraints:
             text += f", constraints {', '.join(map(repr, self.constraints))}"
         return text
+
+    def step_rules(self) -> dict[str, object]:
+        """The settings that turn on a step rule of the search (`nmt.search.rules`), with their
+        values: what a translator that does not apply a rule (an exported runtime) must refuse
+        rather than ignore. The minimum length is every translator's."""
+        off = {"no_repeat_ngram": 0}  # each rule's setting and the value that turns it off
+        return {k: getattr(self, k) for k, value in off.items() if getattr(self, k) != value}
 
     def max_len(self, src_len: int) -> int:
         return max(1, min(self.max_len_cap, int(self.max_len_a * src_len + self.max_len_b)))

@@ -157,3 +157,49 @@ def prefix_ids(
                 f"decode.max_len_b, capped at decode.max_len_cap), the end included"
             )
     return ids
+
+
+class TargetTags:
+    """The languages a model translates into, and the ids put before a source to ask for each:
+    a model trained with target tags (`DataConfig.target_tags`) has one tag piece per language; a
+    model without has one language and puts nothing. Every translator (the `Translator`, the
+    exported runtimes) reads a text's target language through this, so `tgt_lang` means the same
+    ids to all of them."""
+
+    def __init__(self, tags: dict[str, str | None] | None, vocab: Vocab) -> None:
+        """`tags`: target language -> its tag piece ({lang: None} for a model without target
+        tags; None: the languages are unknown). A tag the source vocabulary lacks fails here,
+        not at the first translation."""
+        self.tags = dict(tags or {})
+        self._ids: dict[str, int] = {}
+        for lang, tag in self.tags.items():
+            if tag is None:
+                continue
+            i = vocab.piece_to_id(tag)
+            if i == UNK or vocab.id_to_piece([i]) != [tag]:
+                raise NMTError(f"the model's tokenizer has no piece {tag!r} for its target tag")
+            self._ids[lang] = i
+
+    @property
+    def languages(self) -> list[str]:
+        """The target languages (the tgt_lang values a translation takes)."""
+        return list(self.tags)
+
+    def ids(self, tgt_lang: str | None) -> list[int]:
+        """The ids put before each source to translate into `tgt_lang`: its tag, or nothing for a
+        model without target tags. An NMTError names the languages when `tgt_lang` is not one
+        of them, or is None for a model with several."""
+        if tgt_lang is None:
+            if not self._ids:
+                return []
+            if len(self._ids) == 1:
+                return list(self._ids.values())
+            raise NMTError(
+                f"this model translates into {', '.join(self.languages)}: say which with "
+                f"tgt_lang (one of {', '.join(self.languages)})"
+            )
+        if not isinstance(tgt_lang, str) or tgt_lang not in self.tags:
+            known = ", ".join(self.languages) or "a language its checkpoint does not name"
+            raise NMTError(f"tgt_lang={tgt_lang!r}: this model translates into {known}")
+        tag = self._ids.get(tgt_lang)
+        return [] if tag is None else [tag]

@@ -1,28 +1,36 @@
-"""Target phrases as piece sequences: the banned phrases' every spelling (`banned_ids`) and a
-constraint's pieces (`constraint_ids`), for the search (`nmt.search.constraints`,
-`nmt.search.positive`) and the `Translator`, which checks a request with them before translating.
+"""Target phrases as piece sequences: the banned phrases' every spelling (`banned_forms`), a
+constraint's pieces (`constraint_ids`), and what a sequence of pieces tells about the phrases in
+it (`holds`, `spans`, `pieces_needed`, `problem`). Plain Python over ids: `nmt.request` checks
+a request with them before anything is translated, and the search (`nmt.search.rules`,
+`nmt.search.positive`) runs the same rules on tensors.
+
+Spelling a phrase costs time linear in its characters: each place tries only the pieces that
+fit in the vocabulary's longest piece, and the ways are counted per length before any is
+written out, so a long phrase costs what its characters cost, never what its spellings number.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import unicodedata
 
 from nmt.errors import NMTError
 from nmt.inputs import clean
-from nmt.tokenizer import EOS, UNK, Vocab
+from nmt.tokenizer import UNK, Vocab
 
 log = logging.getLogger(__name__)
 
-# the most piece sequences one banned phrase is blocked as (see `banned_ids`)
+# the most piece sequences one banned phrase is blocked as (see `banned_forms`)
 MAX_BANNED_FORMS = 256
 # marks that attach to the word before them: a constraint starting with one is matched without
 # the word start "▁" (with the Unicode classes of closing brackets and final quotes)
 ATTACHED = set(".,;:!?%'’”»…-")
 
 
-def banned_ids(vocab: Vocab, phrases: list[str]) -> list[list[int]]:
-    """The target piece sequences that banning `phrases` blocks, each a list of ids.
+def banned_forms(vocab: Vocab, phrases: list[str], limit: int) -> list[list[list[int]]]:
+    """For each of `phrases`, the target piece sequences that banning it blocks (each a list of
+    ids; [] for a phrase the vocabulary cannot write).
 
     A phrase (whitespace collapsed, as every text) is blocked wherever it starts a word: at the
     start of the translation or after a space, where sentencepiece writes it with its leading
@@ -34,21 +42,46 @@ def banned_ids(vocab: Vocab, phrases: list[str]) -> list[list[int]]:
     Not blocked: the phrase inside a word or after anything but a space (a quote mark, a
     hyphen), its other casings ("Sleeps"), and pieces that cross its last character ("▁sleep"
     "sy"). A phrase the vocabulary cannot write (a character it lacks) cannot appear, and is
-    skipped with a warning; a blank phrase is an NMTError naming it."""
-    out: list[list[int]] = []
+    skipped with a warning. An NMTError names a blank phrase, and one that needs more pieces than
+    `limit` (the longest translation the search may write: it could never appear)."""
+    out = []
     for phrase in phrases:
-        text = clean(phrase)
-        pieces = vocab.sp.Encode(text, out_type=str) if text else []
-        if not pieces:
+        text = clean(phrase) if isinstance(phrase, str) else ""
+        if not text:
             raise NMTError(f"the banned phrase {phrase!r} has no pieces: nothing to ban")
-        written = "".join(pieces)  # normalized, with "▁" where a word starts
+        written = "".join(vocab.sp.Encode(text, out_type=str))  # normalized, "▁" at word starts
         if not written.startswith("▁"):  # no dummy prefix in this tokenizer: the word form
             written = "▁" + written
-        forms = _segmentations(vocab, written)
+        fewest = math.ceil(len(written) / vocab.longest_piece)
+        if fewest > limit:  # refused before any spelling is tried: the work stays bounded
+            raise NMTError(_too_long(phrase, fewest, limit))
+        forms, more = _segmentations(vocab, written)
+        if forms and len(forms[0]) > limit:
+            raise NMTError(_too_long(phrase, len(forms[0]), limit))
         if not forms:
-            log.warning("the banned phrase %r cannot be written by the model: skipped", phrase)
-        out.extend(forms)
+            log.warning(
+                "the banned phrase %r cannot be written by the model: skipped", _shown(text)
+            )
+        if more:
+            log.warning(
+                "the banned phrase %r has more than %d spellings in pieces: only the %d with the "
+                "fewest pieces are blocked", _shown(text), MAX_BANNED_FORMS, MAX_BANNED_FORMS,
+            )  # fmt: skip
+        out.append(forms)
     return out
+
+
+def _shown(phrase: str) -> str:
+    """A phrase as messages name it: its first characters when it is long."""
+    return phrase if len(phrase) <= 60 else phrase[:57] + "..."
+
+
+def _too_long(phrase: str, pieces: int, limit: int) -> str:
+    return (
+        f"the banned phrase {_shown(phrase)!r} needs at least {pieces} pieces, and no "
+        f"translation may have more than decode.max_len_cap={limit}: it could never appear; "
+        "leave it out"
+    )
 
 
 def constraint_ids(vocab: Vocab, phrase: str, where: str = "") -> list[int]:
@@ -71,7 +104,7 @@ def constraint_ids(vocab: Vocab, phrase: str, where: str = "") -> list[int]:
         if written[0] == "▁":
             ids, written = ids[1:], written[1:]
         else:
-            spelled = _segmentations(vocab, "".join(written)[1:])
+            spelled, _ = _segmentations(vocab, "".join(written)[1:], 1)
             if spelled:
                 ids = spelled[0]
                 written = vocab.id_to_piece(ids)
@@ -86,29 +119,135 @@ def constraint_ids(vocab: Vocab, phrase: str, where: str = "") -> list[int]:
     return ids
 
 
-def _segmentations(vocab: Vocab, written: str) -> list[list[int]]:
-    """Every sequence of the vocabulary's pieces (specials excluded) that spells `written`, the
-    fewest pieces first, at most MAX_BANNED_FORMS of them."""
+def _segmentations(
+    vocab: Vocab, written: str, most: int = MAX_BANNED_FORMS
+) -> tuple[list[list[int]], bool]:
+    """Sequences of the vocabulary's pieces (specials excluded) that spell `written`, at most
+    `most` of them: the fewest pieces first, and of equal counts, the one whose first piece ends
+    earliest first (then its second...); and whether there were more than `most`.
+
+    counts[i] says, per number of pieces, how many ways spell written[i:] (capped: only the
+    counts of the most + 1 ways with the fewest pieces are kept, which is all that the first
+    ways of any longer string can use), so each way written out is found without a dead end,
+    and a way costs its length to write out."""
     size = len(written)
-    # ends[i]: the (end, id) of every piece that starts at character i
+    pieces, longest = vocab.piece_ids, vocab.longest_piece
+    # ends[i]: (end, id) of every piece that starts at character i, ends ascending
     ends: list[list[tuple[int, int]]] = [[] for _ in range(size)]
     for i in range(size):
-        for j in range(i + 1, size + 1):
-            piece = vocab.piece_to_id(written[i:j])
-            if piece > EOS:  # not PAD, UNK (a piece the vocabulary lacks), BOS or EOS
+        for j in range(i + 1, min(size, i + longest) + 1):
+            piece = pieces.get(written[i:j])
+            if piece is not None:
                 ends[i].append((j, piece))
-    # complete[i]: the ways to spell written[i:], built from the end, capped as they grow
-    complete: list[list[list[int]]] = [[] for _ in range(size)] + [[[]]]
-    truncated = False
+    cap = most + 1
+    counts: list[dict[int, int]] = [{} for _ in range(size)] + [{0: 1}]
     for i in range(size - 1, -1, -1):
-        ways = [[piece, *rest] for j, piece in ends[i] for rest in complete[j]]
-        ways.sort(key=len)
-        truncated |= len(ways) > MAX_BANNED_FORMS
-        complete[i] = ways[:MAX_BANNED_FORMS]
-    if truncated:
-        log.warning(
-            "the banned phrase %r has more than %d spellings in pieces: only the %d with the "
-            "fewest pieces are blocked", written.replace("▁", " ").strip(), MAX_BANNED_FORMS,
-            MAX_BANNED_FORMS,
-        )  # fmt: skip
-    return complete[0]
+        merged: dict[int, int] = {}
+        for j, _ in ends[i]:
+            for n, ways in counts[j].items():
+                merged[n + 1] = merged.get(n + 1, 0) + ways
+        kept, total = {}, 0
+        for n in sorted(merged):
+            kept[n] = min(merged[n], cap - total)
+            total += kept[n]
+            if total >= cap:
+                break
+        counts[i] = kept
+    out: list[list[int]] = []
+    for n in sorted(counts[0]):
+        # depth first, ends ascending: (place, pieces left, the way so far as a linked list
+        # (piece, rest) read backwards, next edge to try)
+        stack: list[tuple[int, int, tuple | None, int]] = [(0, n, None, 0)]
+        while stack and len(out) < most:
+            i, left, way, edge = stack.pop()
+            if i == size:
+                ids = []
+                while way is not None:
+                    ids.append(way[0])
+                    way = way[1]
+                out.append(ids[::-1])
+                continue
+            for k in range(edge, len(ends[i])):
+                j, piece = ends[i][k]
+                if counts[j].get(left - 1, 0):
+                    stack.append((i, left, way, k + 1))  # come back for the later edges
+                    stack.append((j, left - 1, (piece, way), 0))
+                    break
+        if len(out) >= most:
+            break
+    return out, sum(counts[0].values()) > most
+
+
+# --- phrases in a sequence of pieces --------------------------------------------------------
+
+
+def holds(tokens: list[int], phrase: list[int]) -> bool:
+    """Whether `phrase` occurs in `tokens`, contiguous."""
+    n = len(phrase)
+    return any(tokens[i : i + n] == phrase for i in range(len(tokens) - n + 1))
+
+
+def spans(tokens: list[int], phrases: list[list[int]]) -> list[tuple[int, int]]:
+    """Where each phrase first occurs in `tokens`: (start, end) piece indices, (-1, -1) if not."""
+    out = []
+    for phrase in phrases:
+        n = len(phrase)
+        at = next((i for i in range(len(tokens) - n + 1) if tokens[i : i + n] == phrase), -1)
+        out.append((at, at + n) if at >= 0 else (-1, -1))
+    return out
+
+
+def jumps(phrase: list[int]) -> list[list[int]]:
+    """Knuth-Morris-Pratt transitions: jumps[s][j] is how many pieces of `phrase` end a sequence
+    after one that had s of them (s < len) produces the piece phrase[j]. Any piece not in the
+    phrase gives 0. O(len^2)."""
+    n = len(phrase)
+    border = [0] * (n + 1)  # border[s]: the longest proper start of phrase[:s] that ends it
+    k = 0
+    for s in range(1, n):
+        while k and phrase[s] != phrase[k]:
+            k = border[k]
+        if phrase[s] == phrase[k]:
+            k += 1
+        border[s + 1] = k
+    table = [[0] * n for _ in range(n)]
+    for s in range(n):
+        for j, piece in enumerate(phrase):
+            if phrase[s] == piece:
+                table[s][j] = s + 1
+            elif s:
+                table[s][j] = table[border[s]][j]  # border[s] < s: already filled in
+    return table
+
+
+def pieces_needed(phrases: list[list[int]], prefix: list[int] | None = None) -> int:
+    """Constraint pieces a hypothesis that starts with `prefix` still needs, as the search counts
+    them (an upper bound: overlapping phrases may need fewer). A phrase given twice counts once,
+    as the search keeps it once."""
+    phrases = [list(p) for p in dict.fromkeys(map(tuple, phrases))]
+    states = [0] * len(phrases)
+    tables = [jumps(p) for p in phrases]
+    for piece in prefix or []:
+        for i, (phrase, table) in enumerate(zip(phrases, tables)):
+            if states[i] < len(phrase):
+                states[i] = table[states[i]][phrase.index(piece)] if piece in phrase else 0
+    unmet = [(len(p), s) for p, s in zip(phrases, states) if s < len(p)]
+    return sum(n for n, _ in unmet) - max((s for _, s in unmet), default=0)
+
+
+def problem(phrases: list[list[int]], prefix: list[int], limit: int) -> str | None:
+    """Why one sentence's constraints (ids) cannot be met, or None: an empty phrase, or more
+    pieces than the length `limit` leaves after the forced `prefix` (the EOS needs a place)."""
+    for i, phrase in enumerate(phrases):
+        if not phrase:
+            return f"constraint {i} has no pieces"
+    needed = pieces_needed(phrases, prefix)
+    if needed and needed + len(prefix) >= limit:
+        after = f" after a forced prefix of {len(prefix)} pieces" if prefix else ""
+        return (
+            f"the constraints need {needed} pieces{after}, and a translation of this source may "
+            f"have at most {limit} pieces (decode.max_len_a * source pieces + decode.max_len_b, "
+            "capped at decode.max_len_cap), the end included: raise decode.max_len_b, or give "
+            "fewer constraints"
+        )
+    return None

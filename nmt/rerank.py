@@ -3,6 +3,7 @@ their scores chooses each line's translation; and the search for those weights o
 
     reranker = Reranker(main, [other], weights=[0.6, 0.4])   # Translators; None = equal weights
     reranker.translate(["Ein Hund läuft."], decode=beam_with_n_best_5)
+    reranker.candidates(Request(texts, beam_with_n_best_5, constraints=..., tgt_lang="de"))
 
 The features of one hypothesis h of a source x, in this order (`Candidates.features`):
 
@@ -15,8 +16,9 @@ The features of one hypothesis h of a source x, in this order (`Candidates.featu
   vocabularies (another family, another segmentation) rescore it too; per piece, because a model
   whose tokenizer cuts h into more pieces would otherwise score it lower for that alone. A rerank
   model scores over its whole vocabulary (decode.shortlist is the main search's speed-up, and a
-  rerank checkpoint need not have a lexicon) and ignores the search's settings (prefix, banned,
-  constraints: the text is given).
+  rerank checkpoint need not have a lexicon) and ignores what the search was asked (prefix,
+  banned phrases, constraints: the text is given), but for the target language: a multilingual
+  rerank model scores each hypothesis into the request's `tgt_lang`.
 
 The chosen hypothesis maximises sum_k w_k * feature_k; ties go to the earlier hypothesis in the
 main model's order, so the 1-best wins a tie. A score of -inf counts as FLOOR, so a weight of 0
@@ -41,6 +43,7 @@ from torch import Tensor
 from nmt.config import DecodeConfig, LengthPenalty
 from nmt.errors import NMTError
 from nmt.inputs import clean
+from nmt.request import Request
 from nmt.run_config import TranslateRunConfig, check_rerank_nbest, check_rerank_weights
 from nmt.translate import Translator
 
@@ -103,34 +106,24 @@ class Reranker:
         others = [Translator.from_checkpoint(path, device=cfg.device) for path in cfg.rerank]
         return cls(main, others, cfg.rerank_weights)
 
-    def candidates(
-        self,
-        texts: list[str],
-        *,
-        decode: DecodeConfig | None = None,
-        first_line: int = 1,
-        prefixes: list[str] | None = None,
-        tgt_lang: str | None = None,
-    ) -> list[Candidates]:
-        """Each text's n-best list from the main model (`decode`, which must keep n_best >= 2;
-        `prefixes` as `Translator.translate_full`'s), scored by every rerank model. N texts in,
-        N out; a blank text has one blank hypothesis, scored by no one (features 0). `tgt_lang`
-        picks the main model's target tag (a multilingual model); the rerank models score the
-        text as given (a tagged rerank model would need its own)."""
-        decode = decode or self.translator.decode
-        check_rerank_nbest(decode)
-        found = self.translator.translate_full(
-            texts, False, decode=decode, first_line=first_line, prefixes=prefixes,
-            tgt_lang=tgt_lang,
-        )  # fmt: skip
-        blank = [not clean(text) for text in texts]
+    def candidates(self, request: Request) -> list[Candidates]:
+        """Each text's n-best list from the main model (the request's settings must keep n_best
+        >= 2), scored by every rerank model. N texts in, N out; a blank text has one blank
+        hypothesis, scored by no one (features 0). The main model searches with everything the
+        request asks (prefixes, banned phrases, constraints, target language); the rerank models
+        score each hypothesis as text given its source, into the request's target language (a
+        rerank model that does not translate into it is an NMTError naming it)."""
+        check_rerank_nbest(request.settings)
+        found = self.translator.run(self.translator.prepare(request))
+        blank = [not clean(segment.text) for segment in request.segments]
         features = [[[_finite(score)] for _, score in r.nbest] for r in found]
-        scoring = replace(
-            decode, length_penalty=LengthPenalty.average, shortlist=0, prefix="", banned=[],
-            constraints=[],
-        )  # fmt: skip
+        scoring = replace(request.settings, length_penalty=LengthPenalty.average, shortlist=0)
         longest = max((len(r.nbest) for r in found), default=0)
-        for reranker in self.rerankers:
+        for k, reranker in enumerate(self.rerankers, 1):
+            try:
+                reranker.tags.ids(request.tgt_lang)
+            except NMTError as err:
+                raise NMTError(f"rerank model {k}: {err}") from None
             # one call per rank, every line in it at its own position: the rerank model's
             # warnings (a cut source, characters its vocabulary lacks) then name the right line
             for rank in range(longest):
@@ -140,7 +133,7 @@ class Reranker:
                 ]
                 scored = reranker.score(
                     [s for s, _ in pairs], [t for _, t in pairs], decode=scoring,
-                    first_line=first_line,
+                    first_line=request.first_line, tgt_lang=request.tgt_lang,
                 )  # fmt: skip
                 for i, s in enumerate(scored):
                     if not blank[i] and rank < len(found[i].nbest):
@@ -161,10 +154,16 @@ class Reranker:
         decode: DecodeConfig | None = None,
         first_line: int = 1,
         prefixes: list[str] | None = None,
+        banned: list[str] | None = None,
+        constraints: list[list[str]] | None = None,
+        tgt_lang: str | None = None,
     ) -> list[str]:
-        """The chosen translation of each text (see `candidates`)."""
-        found = self.candidates(texts, decode=decode, first_line=first_line, prefixes=prefixes)
-        return [c.texts[c.best(self.weights)] for c in found]
+        """The chosen translation of each text (the options as `Translator.translate`'s)."""
+        request = Request(
+            texts, decode or self.translator.decode, prefixes, banned, constraints, tgt_lang,
+            first_line=first_line,
+        )  # fmt: skip
+        return [c.texts[c.best(self.weights)] for c in self.candidates(request)]
 
 
 def _finite(score: float) -> float:

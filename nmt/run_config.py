@@ -245,6 +245,9 @@ class ScoreRunConfig(CheckpointsConfig):
     pieces: bool = False  # also each piece and its log-probability
     format: ScoreFormat = ScoreFormat.tsv
     decode: DecodeConfig = field(default_factory=DecodeConfig)  # length penalty, shortlist...
+    # a model trained with target tags (data.corpora): the language the translations are in;
+    # null = its one target language (an error naming them when it has several)
+    tgt_lang: str | None = None
     device: str = "auto"
 
     def __post_init__(self) -> None:

@@ -9,6 +9,7 @@ import hashlib
 import logging
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -101,6 +102,23 @@ class Vocab:
 
     def decode(self, ids: list[list[int]]) -> list[str]:
         return self.sp.Decode([self._sp_ids(line) for line in ids])
+
+    @cached_property
+    def piece_ids(self) -> dict[str, int]:
+        """Every piece a model with this vocabulary can produce, by its text: the specials
+        (PAD, UNK, BOS, EOS) and pruned pieces left out. What a phrase is spelled with
+        (`nmt.phrases`)."""
+        out = {}
+        for sp_id in range(self.sp.GetPieceSize()):
+            ours = sp_id if self.kept is None else self._ours[sp_id]
+            if ours > EOS:
+                out[self.sp.IdToPiece(sp_id)] = ours
+        return out
+
+    @cached_property
+    def longest_piece(self) -> int:
+        """The characters of the longest of `piece_ids` (at least 1)."""
+        return max(map(len, self.piece_ids), default=1)
 
     def files(self) -> list[Path]:
         return [self.path] + ([] if self.kept_path is None else [self.kept_path])

@@ -8,6 +8,11 @@
     translator.translate(["Ein Hund läuft."], constraints=[["puppy"]])         # always these
     translator.score(["Ein Hund läuft."], ["A dog runs."])                     # log-probabilities
 
+`translate` and `translate_full` are `run(prepare(Request(...)))`: a `nmt.request.Request` carries
+a call's texts and options (the merge rules with the decode settings' defaults are there),
+`prepare` tokenizes and checks it once, `run` searches. A server prepares a request when it
+arrives, and runs the texts of several requests together.
+
 Decode settings are an argument of each call (the default is what the checkpoint validated with,
 or the `decode` given at construction), so one Translator serves any mix of requests: nmt-serve
 keeps one for its life. Whatever the texts hold (empty, huge, control characters), N texts in give
@@ -20,28 +25,26 @@ cannot write (a character it lacks) or one longer than the length limit lets a t
 an NMTError naming its line. A prefix is cut where its pieces end: "I see eigh" forces the pieces
 of "eigh", so the translation continues after them rather than within a longer word.
 
-Banned phrases (`decode.banned`, and a call's `banned`, which add to it) never appear in a
-translation: `banned_ids` says which piece sequences are blocked, and `nmt.search.constraints`
-how. A blank phrase is an NMTError naming it.
+Banned phrases never appear in a translation: `nmt.phrases.banned_forms` says which piece
+sequences are blocked, and `nmt.search.rules` how. A blank phrase is an NMTError naming it.
 
-Constraints (`decode.constraints`, one list for every text, or a call's `constraints`, one list
-per text, which take its place) appear in every translation, each contiguous, in an order the
-search chooses (beam search only: `nmt.search.positive`). `constraint_ids` says which pieces a
-phrase must appear as: sentencepiece's own segmentation of it, as a word start ("gentleman" ->
-"▁gentle" "man"), so it is met at the start of the translation or after a space, and also where
-it starts a longer word whose pieces begin with its own ("▁gentle" "man" "ly"); a phrase that
-starts with a mark that attaches to the word before it ("," "'s" ")" "-based") is matched
-without the word start. A forced prefix's pieces count toward them. Constraints that cannot be
-met (a piece the vocabulary lacks, a banned phrase inside one, more pieces than the length limit
-leaves, a strategy other than beam) are an NMTError naming the text, before anything is
-translated; a blank text has a blank translation whatever its constraints.
+Constraints appear in every translation, each contiguous, in an order the search chooses (beam
+search only: `nmt.search.positive`). `nmt.phrases.constraint_ids` says which pieces a phrase must
+appear as: sentencepiece's own segmentation of it, as a word start ("gentleman" -> "▁gentle"
+"man"), so it is met at the start of the translation or after a space, and also where it starts
+a longer word whose pieces begin with its own ("▁gentle" "man" "ly"); a phrase that starts with
+a mark that attaches to the word before it ("," "'s" ")" "-based") is matched without the word
+start. A forced prefix's pieces count toward them. Constraints that cannot be met (a piece the
+vocabulary lacks, a banned phrase inside one, more pieces than the length limit leaves, a
+strategy other than beam) are an NMTError naming the text, before anything is translated; a
+blank text has a blank translation whatever its constraints.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,19 +54,19 @@ from torch import Tensor
 from nmt.attention_map import select_map
 from nmt.beam_tree import BeamTree
 from nmt.checkpoint import Checkpoint, load_checkpoint
-from nmt.config import DecodeConfig, Strategy
+from nmt.config import DecodeConfig
 from nmt.device import check_precision, resolve_device
 from nmt.errors import NMTError
-from nmt.inputs import Sources, clean, prefix_ids, read_sources
+from nmt.inputs import TargetTags, clean, read_sources
 from nmt.lexicon import NO_LEXICON, Lexicon
 from nmt.models import restore_model
 from nmt.models.ensemble import check_options, load_ensemble
 from nmt.models.seq2seq import Seq2Seq
-from nmt.phrases import banned_ids, constraint_ids
+from nmt.phrases import spans
+from nmt.request import Prepared, PreparedText, Request, prepare
 from nmt.run_config import CheckpointsConfig
 from nmt.scoring import Scored, score_ids
-from nmt.search import Unmet, search_all
-from nmt.search.positive import NEED_BEAM, holds, problem, spans
+from nmt.search import Decoded, SearchJob, Unmet, search_all
 from nmt.tokenizer import EOS, UNK, Vocab, Vocabs
 
 log = logging.getLogger(__name__)
@@ -116,58 +119,9 @@ class Translator:
         self.device = device
         self.lexicon = lexicon
         self.decode = decode or DecodeConfig()
-        self.tags = dict(tags or {})
-        self._tag_ids = {  # a tag the tokenizer lacks fails here, not at the first translation
-            lang: self._tag_id(tag) for lang, tag in self.tags.items() if tag is not None
-        }
+        self.tags = TargetTags(tags, vocabs.src)  # its languages, and each one's ids
+        self._checked: DecodeConfig | None = None  # the settings `check` last passed
         self.check(self.decode)
-
-    @property
-    def languages(self) -> list[str]:
-        """The target languages this model translates into (the tgt_lang values it takes)."""
-        return list(self.tags)
-
-    def _tag_id(self, tag: str) -> int:
-        i = self.vocabs.src.piece_to_id(tag)
-        if i == UNK or self.vocabs.src.id_to_piece([i]) != [tag]:
-            raise NMTError(f"the model's tokenizer has no piece {tag!r} for its target tag")
-        return i
-
-    def target_prefix(self, tgt_lang: str | None) -> list[int]:
-        """The ids put before each source to translate into `tgt_lang`: its tag, or nothing
-        for a model without target tags. An NMTError names the languages when `tgt_lang` is
-        not one of them, or is None for a model with several."""
-        if tgt_lang is None:
-            if not self._tag_ids:
-                return []
-            if len(self._tag_ids) == 1:
-                return list(self._tag_ids.values())
-            raise NMTError(
-                f"this model translates into {', '.join(self.languages)}: say which with "
-                f"tgt_lang (one of {', '.join(self.languages)})"
-            )
-        if tgt_lang not in self.tags:
-            known = ", ".join(self.languages) or "a language its checkpoint does not name"
-            raise NMTError(f"tgt_lang={tgt_lang!r}: this model translates into {known}")
-        tag = self._tag_ids.get(tgt_lang)
-        return [] if tag is None else [tag]
-
-    def sources(
-        self,
-        texts: list[str],
-        decode: DecodeConfig,
-        tgt_lang: str | None,
-        first_line: int = 1,
-        warn: bool = True,
-    ) -> Sources:
-        """The texts as the search reads them: `read_sources` with the target tag for `tgt_lang`
-        put before each source (after the cut to decode.max_src_pieces, so a long text keeps its
-        tag). A server checks a request's prefixes and cost on them before any decode."""
-        prefix = self.target_prefix(tgt_lang)
-        sources = read_sources(self.vocabs.src, texts, decode.max_src_pieces, first_line, warn)
-        if prefix:
-            sources.ids = [prefix + ids for ids in sources.ids]
-        return sources
 
     @classmethod
     def from_checkpoint(
@@ -226,113 +180,58 @@ class Translator:
         )  # fmt: skip
 
     def check(self, decode: DecodeConfig) -> None:
-        """Raise NMTError if these settings cannot run here (precision, shortlist,
-        constraints without beam search)."""
-        check_precision(self.device, decode.precision, "decode.precision")
-        if decode.constraints and decode.strategy != Strategy.beam:
-            raise NMTError(f"decode.constraints={decode.constraints}: {NEED_BEAM}")
-        if not decode.shortlist:
+        """Raise NMTError if these settings cannot run here (precision, shortlist)."""
+        if decode == self._checked:
             return
-        if self.lexicon is None:
-            raise NMTError(NO_LEXICON)
-        if self.lexicon.shape != (len(self.vocabs.src), len(self.vocabs.tgt)):
+        check_precision(self.device, decode.precision, "decode.precision")
+        if decode.shortlist:
+            if self.lexicon is None:
+                raise NMTError(NO_LEXICON)
+            if self.lexicon.shape != (len(self.vocabs.src), len(self.vocabs.tgt)):
+                raise NMTError(
+                    "the checkpoint's lexicon.pt was learned for another vocabulary: "
+                    "python -m nmt.cli.lexicon CKPT_DIR learns it again"
+                )
+        self._checked = decode
+
+    def prepare(self, request: Request, warn: bool = True) -> Prepared:
+        """The request tokenized and checked against this model (`nmt.request.prepare`): an
+        NMTError names what cannot be translated (its settings here, a target language the model
+        lacks, a prefix or constraints of a text) before anything is searched. `warn`: log the
+        sources cut to decode.max_src_pieces (off for a check ahead of the translation)."""
+        self.check(request.settings)
+        return prepare(request, self.vocabs, self.tags.ids(request.tgt_lang), warn)
+
+    def run(self, prepared: Prepared) -> list[Translation]:
+        """The translations of a prepared request, one per text, in order (a blank text's is
+        blank): each with its n-best list, and its attention maps and search tree when the
+        request asked for them."""
+        live = [text for text in prepared.texts if text.src]
+        job = SearchJob(
+            [text.src for text in live], prepared.settings,
+            prefixes=[t.prefix for t in live] if any(t.prefix for t in live) else None,
+            banned=prepared.banned,
+            constraints=[t.constraints for t in live] if any(t.constraints for t in live) else None,
+            attention=prepared.attention, trees=prepared.tree,
+        )  # fmt: skip
+        try:
+            searched = search_all(self.model, job, self.device, self.lexicon)
+        except Unmet as err:  # name the text rather than its place among the non-blank ones
+            number = prepared.first_line + prepared.texts.index(live[err.source])
             raise NMTError(
-                "the checkpoint's lexicon.pt was learned for another vocabulary: "
-                "python -m nmt.cli.lexicon CKPT_DIR learns it again"
-            )
-
-    def check_prefixes(
-        self,
-        texts: list[str],
-        prefixes: list[str],
-        decode: DecodeConfig | None = None,
-        tgt_lang: str | None = None,
-    ) -> None:
-        """Raise NMTError if a prefix cannot be forced on its text (see the module's notes),
-        without translating: a server checks a request before it joins a batch."""
-        decode = decode or self.decode
-        sources = self.sources(texts, decode, tgt_lang, warn=False)
-        prefix_ids(self.vocabs.tgt, prefixes, sources, decode, 1, "text")
-
-    def banned_ids(
-        self, banned: list[str] | None = None, decode: DecodeConfig | None = None
-    ) -> list[list[int]]:
-        """The piece sequences `decode.banned` and `banned` block (`banned_ids`); an NMTError for
-        a phrase that cannot be banned, without translating: a server checks a request with it
-        before the request joins a batch."""
-        decode = decode or self.decode
-        if isinstance(banned, str):  # a string would ban each of its characters
-            raise NMTError(f"banned must be a list of phrases, got the string {banned!r}")
-        return banned_ids(self.vocabs.tgt, [*decode.banned, *(banned or [])])
-
-    def constraint_ids(
-        self,
-        texts: list[str],
-        constraints: list[list[str]] | None = None,
-        decode: DecodeConfig | None = None,
-        *,
-        prefixes: list[str] | None = None,
-        banned: list[str] | None = None,
-        first_line: int = 1,
-        tgt_lang: str | None = None,
-    ) -> list[list[list[int]]]:
-        """The piece sequences each text's translation must contain (`constraints`: one list of
-        phrases per text; None: `decode.constraints` for every text), one list per text ([] for
-        a blank text), without translating: a server checks a request with it before the request
-        joins a batch. An NMTError names the text (numbered from `first_line`) whose constraints
-        cannot be met: a blank phrase, a piece the target vocabulary lacks, a banned phrase
-        (`decode.banned` and `banned`) inside one, more pieces than the length limit leaves after
-        the text's forced prefix (`prefixes`, or `decode.prefix`), or decode.strategy other than
-        beam. `tgt_lang` as `translate_full`."""
-        decode = decode or self.decode
-        sources = self.sources(texts, decode, tgt_lang, warn=False)
-        wanted = [decode.prefix] * len(texts) if prefixes is None else prefixes
-        forced = prefix_ids(self.vocabs.tgt, wanted, sources, decode, first_line, "text")
-        required = self._required(sources, constraints, forced, banned, decode, first_line, "text")
-        return sources.place(required, lambda i: [])
-
-    def _required(
-        self,
-        sources: Sources,
-        constraints: list[list[str]] | None,
-        forced: list[list[int]],
-        banned: list[str] | None,
-        decode: DecodeConfig,
-        first_line: int,
-        noun: str,
-    ) -> list[list[list[int]]]:
-        """`constraint_ids` of the non-blank texts, in the order of `sources.ids`."""
-        total = sources.total
-        if constraints is None:
-            constraints = [decode.constraints] * total
-        elif isinstance(constraints, str) or len(constraints) != total:
-            raise NMTError(
-                f"constraints must be one list of phrases per text: {total} texts, got "
-                f"{constraints!r}"[:300]
-            )
-        if any(constraints) and decode.strategy != Strategy.beam:
-            raise NMTError(NEED_BEAM)
-        blocked = [*decode.banned, *(banned or [])]
-        forms = {b: banned_ids(self.vocabs.tgt, [b]) for b in blocked if any(constraints)}
-        out = []
-        for k, i in enumerate(sources.index):
-            where = f"{noun} {first_line + i}: "
-            phrases = constraints[i] or []
-            if isinstance(phrases, str):  # a string would be a list of its characters
-                raise NMTError(f"{where}constraints must be a list of phrases, got {phrases!r}")
-            ids = [constraint_ids(self.vocabs.tgt, phrase, where) for phrase in phrases]
-            for phrase, pieces in zip(phrases, ids):
-                for word, spellings in forms.items():
-                    if any(holds(pieces, form) for form in spellings):
-                        raise NMTError(
-                            f"{where}the constraint {phrase!r} contains the banned phrase "
-                            f"{word!r}: no translation could hold it"
-                        )
-            why = ids and problem(ids, forced[k], decode.max_len(len(sources.ids[k])), [])
-            if why:
-                raise NMTError(where + why)
-            out.append(ids)
-        return out
+                f"{prepared.noun} {number}: no translation could meet its constraints within the "
+                "length limit (a banned phrase or decode.no_repeat_ngram blocks a piece they need)"
+            ) from err
+        flat = [h.tokens for done in searched for h in done.nbest]
+        # byte pieces could decode to a newline: clean() keeps every text on one line
+        decoded = iter([clean(t) for t in self.vocabs.tgt.decode(flat)] if flat else [])
+        done = iter(searched)
+        return [
+            _translation(text, next(done), decoded, self.vocabs, prepared.attention)
+            if text.src
+            else _blank(text.segment.text)
+            for text in prepared.texts
+        ]
 
     def translate(
         self,
@@ -345,12 +244,12 @@ class Translator:
         constraints: list[list[str]] | None = None,
         tgt_lang: str | None = None,
     ) -> list[str]:
-        """The best translation of each text (into `tgt_lang`: see `translate_full`)."""
-        full = self.translate_full(
-            texts, False, decode=decode, first_line=first_line, prefixes=prefixes, banned=banned,
-            constraints=constraints, tgt_lang=tgt_lang,
+        """The best translation of each text (the options as `translate_full`'s)."""
+        request = Request(
+            texts, decode or self.decode, prefixes, banned, constraints, tgt_lang,
+            first_line=first_line,
         )  # fmt: skip
-        return [t.text for t in full]
+        return [t.text for t in self.run(self.prepare(request))]
 
     def translate_full(
         self,
@@ -370,63 +269,17 @@ class Translator:
         pieces, with a warning logged that names its line (`first_line` numbers the first).
         `prefixes` (one per text, "" for none) replace `decode.prefix`; `tree` returns each
         search tree (`nmt.beam_tree`); `banned` phrases, with `decode.banned`, appear in no
-        translation (`banned_ids`; a forced prefix is forced even if it holds one);
-        `constraints` (one list of phrases per text) replace `decode.constraints`, and appear in
-        every translation (`constraint_ids` says which are refused: an NMTError naming the line;
-        `Translation.constraint_spans` says where they are). `tgt_lang` picks the target
-        language of a model trained with target tags (data.corpora): its tag is put before each
-        source (`target_prefix`; optional where the model has one target language)."""
-        decode = decode or self.decode
-        if decode is not self.decode:
-            self.check(decode)
-        sources = self.sources(texts, decode, tgt_lang, first_line)
-        wanted = [decode.prefix] * len(texts) if prefixes is None else prefixes
-        forced_ids = prefix_ids(self.vocabs.tgt, wanted, sources, decode, first_line)
-        blocked = self.banned_ids(banned, decode)
-        required = self._required(
-            sources, constraints, forced_ids, banned, decode, first_line, "line"
-        )
-        try:
-            searched = search_all(
-                self.model, sources.ids, decode, self.device, attention, self.lexicon,
-                forced_ids if any(forced_ids) else None, tree, blocked or None,
-                required if any(required) else None,
-            )  # fmt: skip
-        except Unmet as err:  # name the line rather than the source's place among the non-blank
-            raise NMTError(
-                f"line {first_line + sources.index[err.source]}: no translation could meet its "
-                "constraints within the length limit (a banned phrase or decode.no_repeat_ngram "
-                "blocks a piece they need)"
-            ) from err
-        nbests = [d.nbest for d in searched]
-        flat = [h.tokens for hyps in nbests for h in hyps]
-        # byte pieces could decode to a newline: clean() keeps every text on one line
-        decoded = iter([clean(t) for t in self.vocabs.tgt.decode(flat)] if flat else [])
-        results = []
-        for i, ids, hyps, forced, done, phrases in zip(
-            sources.index, sources.ids, nbests, forced_ids, searched, required
-        ):
-            nbest = [(next(decoded), h.normalized) for h in hyps]
-            pieces = [self.vocabs.tgt.id_to_piece(h.tokens + [EOS] * h.ended) for h in hyps]
-            results.append(
-                Translation(
-                    source=texts[i],
-                    text=nbest[0][0],
-                    src_pieces=self.vocabs.src.id_to_piece(ids),
-                    tgt_pieces=pieces[0],
-                    maps=hyps[0].attention,
-                    score=hyps[0].score,
-                    nbest=nbest,
-                    nbest_maps=[(p, h.attention) for p, h in zip(pieces, hyps)]
-                    if attention
-                    else [],
-                    prefix_score=hyps[0].prefix_score if forced else None,
-                    prefix_pieces=len(forced),
-                    tree=None if done.tree is None else _with_pieces(done.tree, self.vocabs.tgt),
-                    constraint_spans=spans(hyps[0].tokens, phrases),
-                )
-            )
-        return sources.place(results, lambda i: _blank(texts[i]))
+        translation (a forced prefix is forced even if it holds one); `constraints` (one list of
+        phrases per text) replace `decode.constraints`, and appear in every translation (an
+        NMTError names a line whose constraints cannot be met; `Translation.constraint_spans`
+        says where they are). `tgt_lang` picks the target language of a model trained with
+        target tags (data.corpora): its tag is put before each source (`TargetTags.ids`; optional
+        where the model has one target language). See `nmt.request.Request`."""
+        request = Request(
+            texts, decode or self.decode, prefixes, banned, constraints, tgt_lang, attention,
+            tree, first_line,
+        )  # fmt: skip
+        return self.run(self.prepare(request))
 
     def score(
         self,
@@ -444,15 +297,17 @@ class Translator:
         `decode.max_src_pieces` is cut as `translate` cuts it (a warning names its line); a blank
         source is the empty sentence (EOS alone), a blank translation scores the EOS alone;
         pieces the target vocabulary lacks are scored as <unk> (a warning names the line).
-        Of `decode`, the length penalty, batch size, source cap, shortlist and precision count;
-        the search's settings (strategy, length limits, `prefix`) have no part in scoring."""
+        `tgt_lang` is the language of the translations, for a model with target tags (its tag is
+        put before each source, as `translate` puts it). Of `decode`, the length penalty, batch
+        size, source cap, shortlist and precision count; the search's settings (strategy, length
+        limits, prefix, banned phrases, constraints, step rules) have no part in scoring."""
         if len(sources) != len(translations):
             raise NMTError(f"{len(sources)} sources but {len(translations)} translations")
         decode = decode or self.decode
-        if decode is not self.decode:
-            self.check(decode)
-        read = self.sources(sources, decode, tgt_lang, first_line)
-        src_ids = read.place(read.ids, lambda i: [EOS])
+        self.check(decode)
+        tag = self.tags.ids(tgt_lang)
+        read = read_sources(self.vocabs.src, sources, decode.max_src_pieces, first_line)
+        src_ids = read.place([tag + ids for ids in read.ids], lambda i: [EOS])
         texts = [clean(t) for t in translations]
         tgt_ids = self.vocabs.tgt.encode(texts) if any(texts) else [[] for _ in texts]
         for i, ids in enumerate(tgt_ids):
@@ -473,6 +328,29 @@ class Translator:
             )
             for source, text, ids, values in zip(sources, texts, tgt_ids, logprobs)
         ]
+
+
+def _translation(
+    text: PreparedText, done: Decoded, decoded: Iterator[str], vocabs: Vocabs, attention: bool
+) -> Translation:
+    """One text's Translation from its search result; `decoded` yields its n-best texts."""
+    hyps = done.nbest
+    nbest = [(next(decoded), h.normalized) for h in hyps]
+    pieces = [vocabs.tgt.id_to_piece(h.tokens + [EOS] * h.ended) for h in hyps]
+    return Translation(
+        source=text.segment.text,
+        text=nbest[0][0],
+        src_pieces=vocabs.src.id_to_piece(text.src),
+        tgt_pieces=pieces[0],
+        maps=hyps[0].attention,
+        score=hyps[0].score,
+        nbest=nbest,
+        nbest_maps=[(p, h.attention) for p, h in zip(pieces, hyps)] if attention else [],
+        prefix_score=hyps[0].prefix_score if text.prefix else None,
+        prefix_pieces=len(text.prefix),
+        tree=None if done.tree is None else _with_pieces(done.tree, vocabs.tgt),
+        constraint_spans=spans(hyps[0].tokens, text.constraints),
+    )
 
 
 def _with_pieces(tree: BeamTree, vocab: Vocab) -> BeamTree:

@@ -34,6 +34,7 @@ from sacrebleu.metrics import BLEU
 from nmt.cli.compose import compose_config
 from nmt.data import read_lines
 from nmt.errors import NMTError
+from nmt.request import Request
 from nmt.rerank import Candidates, ChoiceBleu, Reranker, tune_weights
 
 log = logging.getLogger("rerank_tune")
@@ -68,9 +69,9 @@ def _chosen(found: list[Candidates], weights: Sequence[float]) -> list[str]:
     return [c.texts[c.best(weights)] for c in found]
 
 
-def _candidates(reranker: Reranker, sources: list[str]) -> tuple[list[Candidates], float]:
+def _candidates(reranker: Reranker, request: Request) -> tuple[list[Candidates], float]:
     start = time.perf_counter()
-    found = reranker.candidates(sources)
+    found = reranker.candidates(request)
     return found, round(time.perf_counter() - start, 2)
 
 
@@ -109,7 +110,8 @@ def main(argv: list[str] | None = None) -> dict:
     count = 1 + len(reranker.rerankers)
     alone = [1.0] + [0.0] * (count - 1)  # the main model's own 1-best
 
-    found, seconds = _candidates(reranker, valid[0])
+    # the command's decode settings and target language, as nmt-translate would search with them
+    found, seconds = _candidates(reranker, Request(valid[0], cfg.decode, tgt_lang=cfg.tgt_lang))
     log.info("valid: %d n-best lists in %.1f s; searching the weights", len(found), seconds)
     tuned = tune_weights(found, ChoiceBleu(found, valid[1]), args.step)
     weights = tuned.weights
@@ -135,7 +137,7 @@ def main(argv: list[str] | None = None) -> dict:
         },
     }  # fmt: skip
     if test is not None:
-        found, seconds = _candidates(reranker, test[0])
+        found, seconds = _candidates(reranker, Request(test[0], cfg.decode, tgt_lang=cfg.tgt_lang))
         report["test"] = {
             "src": args.test_src,
             "lines": len(found),

@@ -6,6 +6,7 @@ limit, a banned phrase inside one, pieces the vocabulary lacks) naming the sente
 API on a trained model, and the exported runtimes' refusals."""
 
 import copy
+import re
 from dataclasses import replace
 
 import pytest
@@ -16,24 +17,26 @@ from test_ensemble import random_lexicon
 from test_search import (
     CPU,
     FAMILIES,
-    ONE_SOURCE,
     A,
     B,
     C,
     D,
     V,
     batch_of,
+    one_source,
     random_model,
     random_sources,
+    search,
 )
 
-from nmt.config import DecodeConfig, Strategy
+from nmt.config import NEED_BEAM, DecodeConfig, Strategy
 from nmt.errors import NMTError
 from nmt.models.ensemble import Ensemble
-from nmt.search import Constraints, beam_search, decode_all, search_all
-from nmt.search.positive import NEED_BEAM, _jumps, holds, pieces_needed, problem
+from nmt.phrases import constraint_ids, holds, jumps, pieces_needed, problem
+from nmt.request import Request
+from nmt.search import Constraints, SearchJob, Unmet, beam_search, decode_all, search_all
 from nmt.tokenizer import EOS
-from nmt.translate import Translator, constraint_ids
+from nmt.translate import Translator
 
 BEAM = DecodeConfig(strategy=Strategy.beam, beam_size=4, n_best=3, max_len_a=1.0, max_len_b=6)
 
@@ -63,9 +66,9 @@ def same(a, b) -> None:
 
 def test_a_phrase_that_overlaps_itself_keeps_its_progress_on_a_mismatch():
     # A A B after A A then A: the last two A are still its start (2), not 0 or 1
-    assert _jumps([A, A, B]) == [[1, 1, 0], [2, 2, 0], [2, 2, 3]]
+    assert jumps([A, A, B]) == [[1, 1, 0], [2, 2, 0], [2, 2, 3]]
     # A B A C after A B A then B: "A B" is its start again (2)
-    assert _jumps([A, B, A, C])[3] == [1, 2, 1, 4]
+    assert jumps([A, B, A, C])[3] == [1, 2, 1, 4]
     assert pieces_needed([[A, A, B]], [A, A, A]) == 1  # one B to go
     assert pieces_needed([[A, A, B]], [A, A, A, B]) == 0
     assert pieces_needed([[A, B, A, C]], [A, B, A, B]) == 2
@@ -81,7 +84,7 @@ def test_the_jumps_are_the_longest_start_of_the_phrase_that_ends_the_hypothesis(
     for _ in range(50):
         phrase = (torch.randint(0, 3, (int(torch.randint(1, 8, (1,), generator=g)),),
                                 generator=g) + A).tolist()  # fmt: skip
-        for s, row in enumerate(_jumps(phrase)):
+        for s, row in enumerate(jumps(phrase)):
             for j, piece in enumerate(phrase):
                 seen = phrase[:s] + [piece]
                 longest = max(k for k in range(s + 2) if k == 0 or seen[-k:] == phrase[:k])
@@ -131,7 +134,8 @@ def test_dynamic_beam_allocation_node_by_node():
     By score alone step 2 keeps A B and A C, and no hypothesis ever holds D."""
     cfg = DecodeConfig(strategy=Strategy.beam, beam_size=2, n_best=2, max_len_a=0.0,
                        max_len_b=10)  # fmt: skip
-    (decoded,) = search_all(RowsToy(TOY), [[A, EOS]], cfg, CPU, trees=True, constraints=[[[D]]])
+    job = SearchJob([[A, EOS]], cfg, constraints=[[[D]]], trees=True)
+    (decoded,) = search_all(RowsToy(TOY), job, CPU)
     assert [(h.tokens, h.ended) for h in decoded.nbest] == [([D], True), ([D, B], True)]
     assert [h.score for h in decoded.nbest] == pytest.approx([log(0.2 * 0.6), log(0.2 * 0.4)])
     tree = decoded.tree
@@ -156,8 +160,8 @@ def test_a_phrase_that_overlaps_itself_is_met_where_it_ends():
     the phrase on the third A would never see it met, and find nothing)."""
     table = {(): {A: 1.0}, (A,): {A: 1.0}, (A, A): {A: 1.0}, (A, A, A): {B: 1.0}}
     cfg = DecodeConfig(strategy=Strategy.beam, beam_size=2, max_len_a=0.0, max_len_b=6)
-    (nbest,) = beam_search(RowsToy(table), *ONE_SOURCE, cfg,
-                           constraints=Constraints.build([[[A, A, B]]], CPU))  # fmt: skip
+    model = RowsToy(table)
+    (nbest,) = beam_search(model, one_source(model, cfg, constraints=[[[A, A, B]]]))
     assert [(h.tokens, h.ended, h.score) for h in nbest] == [([A, A, A, B], True, 0.0)]
 
 
@@ -165,22 +169,23 @@ def test_a_forced_prefix_counts_toward_the_constraints():
     """Prefix D meets constraint D: the search then takes the model's best end, D EOS (.6),
     where a prefix that did not count would need a second D, which this model never gives."""
     cfg = DecodeConfig(strategy=Strategy.beam, beam_size=2, max_len_a=0.0, max_len_b=10)
-    (nbest,) = decode_all(RowsToy(TOY), [[A, EOS]], cfg, CPU, prefixes=[[D]],
-                          constraints=[[[D]]])  # fmt: skip
+    (nbest,) = search(RowsToy(TOY), [[A, EOS]], cfg, prefixes=[[D]], constraints=[[[D]]])
     assert [(h.tokens, h.prefix_score) for h in nbest] == [([D], pytest.approx(log(0.2)))]
     assert nbest[0].score == pytest.approx(log(0.2 * 0.6))
-    # a prefix and constraints that do not fit the limit together: refused, naming the source
-    tight = replace(cfg, max_len_b=3)
-    with pytest.raises(NMTError, match=r"source 1: the constraints need 2 pieces after a forced "
-                       r"prefix of 1 pieces.* at most 3 pieces"):  # fmt: skip
-        decode_all(RowsToy(TOY), [[A, EOS]] * 2, tight, CPU, prefixes=[[D], [A]],
-                   constraints=[[[D]], [[B, C]]])  # fmt: skip
+    # a prefix and constraints that do not fit the limit together: the request's check says why
+    # (`problem`), and the search, given them anyway, finds no hypothesis and names the source
+    assert problem([[D]], [D], 3) is None
+    assert re.match(r"the constraints need 2 pieces after a forced prefix of 1 pieces.* at most 3 "
+                    r"pieces", problem([[B, C]], [A], 3))  # fmt: skip
+    with pytest.raises(Unmet, match=r"source 1: no hypothesis met its constraints"):
+        search(RowsToy(TOY), [[A, EOS]] * 2, replace(cfg, max_len_b=3), prefixes=[[D], [A]],
+               constraints=[[[D]], [[B, C]]])  # fmt: skip
 
 
 def test_no_translation_can_meet_them_is_an_error_naming_the_source():
     # after D only EOS or B, and after A B only EOS: D then C never happens
     with pytest.raises(NMTError, match="source 0: no hypothesis met its constraints"):
-        decode_all(RowsToy(TOY), [[A, EOS]], BEAM, CPU, constraints=[[[D, C]]])
+        search(RowsToy(TOY), [[A, EOS]], BEAM, constraints=[[[D, C]]])
 
 
 # ---- random tiny models: every family, batch size, n-best list; an ensemble ----
@@ -212,8 +217,8 @@ def check_constrained(model, sources, cfg, attention=False, lexicon=None):
     limits = [cfg.max_len(len(s)) for s in sources]
     results = {}
     for size in (1, 4, len(sources)):
-        out = decode_all(model, sources, replace(cfg, batch_size=size), CPU, attention,
-                         lexicon, constraints=wanted)  # fmt: skip
+        out = search(model, sources, replace(cfg, batch_size=size), CPU, lexicon,
+                     attention=attention, constraints=wanted)  # fmt: skip
         for nbest, phrases, limit in zip(out, wanted, limits):
             assert 1 <= len(nbest) <= cfg.n_best
             assert len({tuple(h.tokens) for h in nbest}) == len(nbest)
@@ -273,9 +278,10 @@ def test_patience_and_n_best_count_only_hypotheses_that_meet_them():
 def test_no_constraints_is_the_search_without_them(strategy):
     model, sources = random_model("transformer"), random_sources(3, 7)
     cfg = replace(BEAM if strategy == Strategy.beam else DecodeConfig(), batch_size=3)
-    plain = search_all(model, sources, cfg, CPU, attention=True, trees=True)
+    plain = search_all(model, SearchJob(sources, cfg, attention=True, trees=True), CPU)
     for none in (None, [], [[] for _ in sources]):
-        got = search_all(model, sources, cfg, CPU, attention=True, trees=True, constraints=none)
+        job = SearchJob(sources, cfg, constraints=none, attention=True, trees=True)
+        got = search_all(model, job, CPU)
         same([d.nbest for d in got], [d.nbest for d in plain])
         for a, b in zip(got, plain):
             assert a.tree == b.tree and a.tree.constraint_pieces is None
@@ -289,7 +295,7 @@ def test_constraints_on_a_device_match_the_cpu_and_a_step_reads_nothing_back(mon
     model, sources = random_model("transformer"), random_sources(12, 6)
     cfg = replace(BEAM, batch_size=4)
     wanted = random_constraints(sources, decode_all(model, sources, cfg, CPU), seed=12)
-    expected = decode_all(model, sources, cfg, CPU, constraints=wanted)
+    expected = search(model, sources, cfg, constraints=wanted)
     allocate, reads = Constraints.allocate, []
     with simulated_device() as sim:
 
@@ -300,8 +306,8 @@ def test_constraints_on_a_device_match_the_cpu_and_a_step_reads_nothing_back(mon
             return out
 
         monkeypatch.setattr(Constraints, "allocate", counted)
-        got = decode_all(copy.deepcopy(model).to(sim.device), sources, cfg, sim.device,
-                         constraints=wanted)  # fmt: skip
+        got = search(copy.deepcopy(model).to(sim.device), sources, cfg, sim.device,
+                     constraints=wanted)  # fmt: skip
     assert tokens(got) == tokens(expected)
     assert len(reads) > 10 and set(reads) == {0}
 
@@ -313,26 +319,30 @@ def test_greedy_and_sampling_refuse_constraints():
     model, sources = random_model("gru-bahdanau"), random_sources(3, 2)
     for cfg in (DecodeConfig(), DecodeConfig(strategy=Strategy.sample)):
         with pytest.raises(NMTError, match="constraints need decode=beam"):
-            decode_all(model, sources, cfg, CPU, constraints=[[[5]], []])
+            search(model, sources, cfg, constraints=[[[5]], []])
     assert "decode=beam" in NEED_BEAM
 
 
-def test_constraints_longer_than_the_length_limit_are_refused_naming_the_source():
+def test_constraints_longer_than_the_length_limit_find_no_hypothesis_naming_the_source():
+    """The request's check refuses them before any search (`problem`, tested on a trained model
+    below); the search itself, given them anyway, ends the sentence with none."""
     sources = [[A, EOS], [A, B, C, EOS]]  # limits 1.0 * length + 2: 4 and 6 pieces
     cfg = replace(BEAM, max_len_b=2)
     fits = [[[A, B]], [[A], [B, C, D]]]  # 2 < 4, 4 < 6: room for the EOS
-    decode_all(random_model("gru-bahdanau"), sources, cfg, CPU, constraints=fits)
-    with pytest.raises(NMTError, match=r"source 1: the constraints need 6 pieces, .* at most 6"):
-        decode_all(random_model("gru-bahdanau"), sources, cfg, CPU,
-                   constraints=[[[A, B]], [[A, A, A], [B, C, D]]])  # fmt: skip
-    assert problem([[A, B, C]], [], 4, []) is None
-    assert "contains the banned piece sequence [5, 6]" in problem([[A, B, C]], [], 9, [[B, C]])
+    search(random_model("gru-bahdanau"), sources, cfg, constraints=fits)
+    assert problem(fits[1], [], 6) is None
+    # 6 pieces leave the EOS no place: the check refuses them, where the search would still
+    # return a hypothesis cut at the limit; 7 pieces the search cannot fit at all
+    assert "the constraints need 6 pieces" in problem([[A, A, A], [B, C, D]], [], 6)
+    with pytest.raises(Unmet, match=r"source 1: no hypothesis met its constraints"):
+        search(random_model("gru-bahdanau"), sources, cfg,
+               constraints=[[[A, B]], [[A, A, A], [B, C, D, D]]])  # fmt: skip
 
 
-def test_a_banned_phrase_inside_a_constraint_is_refused():
-    with pytest.raises(NMTError, match=r"source 0: constraint 0 \[4, 5, 6\] contains the banned"):
-        decode_all(random_model("transformer"), [[A, EOS]], BEAM, CPU, banned=[[B, C]],
-                   constraints=[[[A, B, C]]])  # fmt: skip
+def test_a_banned_phrase_inside_a_constraint_leaves_no_hypothesis():
+    with pytest.raises(Unmet, match=r"source 0: no hypothesis met its constraints"):
+        search(random_model("transformer"), [[A, EOS]], BEAM, banned=[[B, C]],
+               constraints=[[[A, B, C]]])  # fmt: skip
 
 
 # ---- a trained model: text in, text out ----
@@ -407,6 +417,14 @@ class PieceVocab:
     def id_to_piece(self, ids: list[int]) -> list[str]:
         return [self.pieces[i] for i in ids]
 
+    @property
+    def piece_ids(self) -> dict[str, int]:
+        return {piece: i for i, piece in enumerate(self.pieces) if i > EOS}
+
+    @property
+    def longest_piece(self) -> int:
+        return max(map(len, self.pieces))
+
 
 def test_the_pieces_a_constraint_is_matched_as(translator):
     vocab = translator.vocabs.tgt
@@ -425,7 +443,14 @@ def test_the_pieces_a_constraint_is_matched_as(translator):
 
 def test_unmeetable_constraints_are_clear_errors_naming_the_text(translator):
     texts = ["Ein Hund.", "Ein Haus.", "Eine Frau."]
-    check = translator.constraint_ids  # a server's check, before translating
+
+    def check(texts, constraints, banned=None, decode=None, prefixes=None):
+        """A server's check, before translating: each text's constraint ids."""
+        request = Request(
+            texts, decode or translator.decode, prefixes, banned, constraints, noun="text"
+        )
+        return [text.constraints for text in translator.prepare(request).texts]
+
     ids = check(texts, [["birds"], [], ["my father", "old"]])
     vocab = translator.vocabs.tgt
     assert ids == [
@@ -464,7 +489,7 @@ def test_unmeetable_constraints_are_clear_errors_naming_the_text(translator):
         check(texts, ["birds", [], []])
     with pytest.raises(NMTError, match="constraints need decode=beam"):
         translator.translate(texts, decode=DecodeConfig(), constraints=[["birds"], [], []])
-    with pytest.raises(NMTError, match=r"decode.constraints need decode=beam \(got decode.str"):
+    with pytest.raises(NMTError, match=r"decode.constraints=\['birds'\]: constraints need decode"):
         DecodeConfig(constraints=["birds"])  # greedy: refused where the config is made
 
 
@@ -473,12 +498,14 @@ def test_unmeetable_constraints_are_clear_errors_naming_the_text(translator):
 
 def test_the_exported_runtimes_refuse_constraints():
     from nmt.export.ct2 import decode_options
-    from nmt.export.runtime import check_greedy
+    from nmt.export.runtime import check_greedy, check_supported
 
     cfg = DecodeConfig(strategy=Strategy.beam, constraints=["house"])
-    with pytest.raises(NMTError, match=r"decode.constraints=\['house'\] is not supported by the "
-                       "exported graphs"):  # fmt: skip
+    with pytest.raises(NMTError, match=r"decode.constraints=\['house'\], decode=beam is not sup"):
         check_greedy(cfg)
     with pytest.raises(NMTError, match="CTranslate2 has no positive constraints"):
         decode_options(cfg, [5])
     assert decode_options(replace(cfg, constraints=[]), [5])["beam_size"] == cfg.beam_size
+    request = Request(["Ein Haus."], replace(cfg, constraints=[]), constraints=[["house"]])
+    with pytest.raises(NMTError, match="the CTranslate2 export does not support constraints"):
+        check_supported(request, "CTranslate2 export")

@@ -225,7 +225,7 @@ def word_share(outputs: list[str], words: list[str]) -> float:
 
 def test_a_tagged_model_translates_into_the_tag_s_language(tagged, toy):
     translator = Translator.from_checkpoint(tagged, device="cpu")
-    assert translator.languages == ["aa", "bb"]
+    assert translator.tags.languages == ["aa", "bb"]
     sources = (toy / "test.xx").read_text().splitlines()
     into = {lang: translator.translate(sources, tgt_lang=lang) for lang in ("aa", "bb")}
     assert word_share(into["aa"], AA) > 0.9 and word_share(into["aa"], BB) < 0.05

@@ -118,7 +118,7 @@ def test_the_simulation_catches_a_cpu_tensor_indexed_by_a_device_index():
 
 def test_search_with_limits_built_on_the_cpu_fails_under_the_simulation(monkeypatch):
     """Put the old `_limits` back (tensors on src_lens' device, the CPU): every strategy fails."""
-    import nmt.search.step
+    import nmt.search.batch
 
     def old_limits(cfg, src, src_lens):
         lens = src_lens.tolist()
@@ -127,7 +127,7 @@ def test_search_with_limits_built_on_the_cpu_fails_under_the_simulation(monkeypa
             torch.tensor([cfg.min_len(n) for n in lens], device=src_lens.device),
         )
 
-    monkeypatch.setattr(nmt.search.step, "_limits", old_limits)
+    monkeypatch.setattr(nmt.search.batch, "_limits", old_limits)
     model, sources = model_and_sources("gru-bahdanau")
     for cfg in DECODINGS.values():
         decode_all(model, sources, cfg, CPU)  # fine on the CPU, which is why CI never saw it

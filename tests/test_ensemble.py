@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_search import CPU, FAMILIES, V, batch_of, random_model, random_sources
+from test_search import CPU, FAMILIES, V, batch_of, one_source, random_model, random_sources
 
 from nmt.batches import collate
 from nmt.checkpoint import Checkpoint, load_checkpoint
@@ -22,7 +22,7 @@ from nmt.lexicon import SPECIALS, Lexicon
 from nmt.models.ensemble import Ensemble, check_members, load_ensemble
 from nmt.models.seq2seq import EncoderOutput
 from nmt.scoring import score_ids
-from nmt.search import beam_search, decode_all, greedy, search_all
+from nmt.search import SearchJob, beam_search, decode_all, greedy, search_all
 from nmt.tokenizer import BOS, EOS, Vocab, Vocabs
 from nmt.translate import Translator
 
@@ -137,8 +137,8 @@ TOY_CFG = DecodeConfig(strategy=Strategy.beam, beam_size=3, n_best=3, max_len_a=
 
 def test_each_toy_member_alone_prefers_its_own_path():
     for member, best in ((ToyMember(FIRST, 0.0), A), (ToyMember(SECOND, 0.0), B)):
-        assert greedy(member, *ONE, TOY_CFG)[0].tokens == [best]
-        assert beam_search(member, *ONE, TOY_CFG)[0][0].tokens == [best]
+        assert greedy(member, one_source(member, TOY_CFG))[0].tokens == [best]
+        assert beam_search(member, one_source(member, TOY_CFG))[0][0].tokens == [best]
 
 
 @pytest.mark.parametrize("combine", COMBINES)
@@ -161,11 +161,11 @@ def test_the_toy_ensemble_gives_the_hand_computed_mixture_at_every_node(combine)
 @pytest.mark.parametrize("combine", COMBINES)
 def test_the_toy_ensembles_best_path_is_neither_members(combine):
     ensemble = toy_ensemble(combine)
-    [hyp] = greedy(ensemble, *ONE, TOY_CFG)
+    [hyp] = greedy(ensemble, one_source(ensemble, TOY_CFG))
     root, after_c = mixture((), combine), mixture((C,), combine)
     assert hyp.tokens == [C, D]
     assert hyp.score == pytest.approx(math.log(root[C] * after_c[D] * 1.0), abs=1e-6)
-    nbest = beam_search(ensemble, *ONE, TOY_CFG)[0]
+    nbest = beam_search(ensemble, one_source(ensemble, TOY_CFG))[0]
     assert nbest[0].tokens == [C, D]
     expected = {
         (C, D): root[C] * after_c[D],
@@ -179,7 +179,7 @@ def test_the_toy_ensembles_best_path_is_neither_members(combine):
         assert [h.tokens for h in nbest] == [[C, D], [A], [B]]
     # weighted towards member 1 enough, its path wins again: the weights count
     heavy = Ensemble([ToyMember(FIRST, 2.0), ToyMember(SECOND, -1.0)], [0.9, 0.1], combine)
-    assert greedy(heavy, *ONE, TOY_CFG)[0].tokens == [A]
+    assert greedy(heavy, one_source(heavy, TOY_CFG))[0].tokens == [A]
 
 
 # ---- mixed families: every strategy, prefixes, n-best, trees, shortlists ----------------------
@@ -219,8 +219,8 @@ def test_mixed_families_search_the_hand_computed_combination(strategy, combine):
     cfg = replace(STRATEGIES[strategy], batch_size=4)
     ab = Ensemble([gru, transformer], [0.3, 0.7], combine)
     ba = Ensemble([transformer, gru], [0.7, 0.3], combine)
-    out = search_all(ab, sources, cfg, CPU, True, prefixes=prefixes, trees=True)
-    swapped = search_all(ba, sources, cfg, CPU, True, prefixes=prefixes, trees=True)
+    job = SearchJob(sources, cfg, prefixes, attention=True, trees=True)
+    out, swapped = search_all(ab, job, CPU), search_all(ba, job, CPU)
     same_output([d.nbest for d in out], [d.nbest for d in swapped])
     assert len(out[0].nbest) == (1 if strategy == "greedy" else 3)
     assert any(h.ended for d in out for h in d.nbest) or strategy == "greedy"  # greedy loops

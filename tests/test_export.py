@@ -431,6 +431,6 @@ def test_the_graphs_runtime_refuses_what_its_greedy_loop_cannot_honour(
     with pytest.raises(NMTError, match=f"{named} is not supported"):
         ExportedTranslator(directory, DecodeConfig(**setting), threads=1)
     translator = ExportedTranslator(directory, threads=1)
-    with pytest.raises(NMTError, match=f"{named} is not supported"):
+    with pytest.raises(NMTError, match=f"{named}( is not supported|: translate with the ch)"):
         translator.translate(["Ein Hund."], decode=DecodeConfig(**setting))
     assert translator.translate([""]) == [""]  # the default (the manifest's limits) decodes

@@ -112,3 +112,52 @@ def test_no_import_cycles():
         if module not in state:
             visit(module, [])
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+# functions of nmt/ that may take more than MAX_PARAMETERS parameters: a list that only shrinks.
+# An option that a call carries belongs in a Request (nmt/request.py), a search's input in a
+# SearchJob (nmt/search/job.py), not in one more keyword threaded through every layer.
+MAX_PARAMETERS = 8
+MANY_PARAMETERS = {
+    # the library's documented wrapper, kept for its callers: Request's fields as keywords
+    "nmt.translate.Translator.translate_full",
+}
+
+
+def functions() -> dict[str, int]:
+    """Every function and method of nmt/ by qualified name, with its parameters (self and cls
+    left out; *args and **kwargs count one each)."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+        def visit(node: ast.AST, prefix: str) -> None:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.ClassDef):
+                    visit(child, f"{prefix}.{child.name}")
+                elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    a = child.args
+                    names = [x.arg for x in [*a.posonlyargs, *a.args, *a.kwonlyargs]]
+                    names += [x.arg for x in (a.vararg, a.kwarg) if x is not None]
+                    count = len([n for n in names if n not in ("self", "cls")])
+                    found[f"{prefix}.{child.name}"] = count
+                    visit(child, f"{prefix}.{child.name}")
+
+        visit(tree, module_name(path))
+    return found
+
+
+def test_no_function_grows_a_long_parameter_list():
+    """The ratchet: no function of nmt/ takes more than MAX_PARAMETERS parameters unless it is
+    in MANY_PARAMETERS, and every name there still does (so the list shrinks when one is
+    fixed)."""
+    counts = functions()
+    assert counts["nmt.search.driver.search_all"] == 4  # the walk sees methods and functions
+    assert "nmt.translate.Translator.prepare" in counts
+    long = {name for name, count in counts.items() if count > MAX_PARAMETERS}
+    assert not long - MANY_PARAMETERS, (
+        f"more than {MAX_PARAMETERS} parameters: {long - MANY_PARAMETERS}"
+    )
+    assert not MANY_PARAMETERS - long, (
+        f"no longer long, take them off the list: {MANY_PARAMETERS - long}"
+    )

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from test_search import tensors_batch
 
 from nmt.batches import collate
 from nmt.config import AttentionType, DecodeConfig, RNNConfig
@@ -98,7 +99,7 @@ def test_greedy_picks_the_argmax_of_teacher_forcing_on_its_own_output():
     model = tiny()
     batch, _ = batch_of(7, [6])
     cfg = DecodeConfig(max_len_a=0.0, max_len_b=8)
-    hyp = greedy(model, batch.src, batch.src_lens, cfg)[0]
+    hyp = greedy(model, tensors_batch(model, batch.src, batch.src_lens, cfg, attention=True))[0]
     produced = hyp.tokens + ([EOS] if hyp.ended else [])
     tgt_in = torch.tensor([[BOS] + produced[:-1]])
     with torch.no_grad():
@@ -232,7 +233,7 @@ def test_an_lstm_under_cpu_bf16_autocast_runs_its_cells_in_fp32_on_any_cpu(varia
     model.eval()
     with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
         memory = model.encoder(batch.src, batch.src_lens).memory
-        found = greedy(model, batch.src, batch.src_lens, DecodeConfig())
+        found = greedy(model, tensors_batch(model, batch.src, batch.src_lens, DecodeConfig()))
     # the encoder is the LSTM alone (its embeddings are a lookup): exactly the fp32 states
     torch.testing.assert_close(memory, reference, rtol=0, atol=0)
     assert len(found) == 3

@@ -11,23 +11,24 @@ import torch
 from test_search import (
     CPU,
     FAMILIES,
-    ONE_SOURCE,
     TREE,
     A,
     B,
     C,
     ToyModel,
     batch_of,
+    one_source,
     random_model,
     random_sources,
+    search_batch,
 )
 
-from nmt.beam_tree import TreeRecorder
 from nmt.cli.translate import format_tree, repl, translate_stream
 from nmt.config import DecodeConfig, Strategy
 from nmt.errors import NMTError
+from nmt.request import Request
 from nmt.run_config import TranslateRunConfig
-from nmt.search import beam_search, decode_all, greedy, search_all
+from nmt.search import SearchJob, beam_search, decode_all, greedy, search_all
 from nmt.tokenizer import BOS, EOS
 from nmt.translate import Translator
 
@@ -102,7 +103,8 @@ def test_prefixes_do_not_depend_on_batch_size(strategy):
 def test_beam_from_a_prefix_finds_the_best_continuation_of_it():
     # best overall is B EOS (.36); forced to start with A, the best is A C EOS (.5 * .35 = .175)
     cfg = DecodeConfig(strategy=Strategy.beam, beam_size=2, n_best=2, max_len_a=0.0, max_len_b=10)
-    nbest = beam_search(ToyModel(TREE), *ONE_SOURCE, cfg, prefix=torch.tensor([[A]]))[0]
+    model = ToyModel(TREE)
+    nbest = beam_search(model, one_source(model, cfg, prefixes=[[A]]))[0]
     assert [h.tokens for h in nbest] == [[A, C], [A, B]]
     assert [h.score for h in nbest] == pytest.approx([log(0.175), log(0.5 * 0.4 * 0.6)])
     assert all(h.prefix_score == pytest.approx(log(0.5)) for h in nbest)
@@ -110,9 +112,10 @@ def test_beam_from_a_prefix_finds_the_best_continuation_of_it():
 
 def test_the_beam_tree_of_the_toy_model_is_known():
     cfg = DecodeConfig(strategy=Strategy.beam, beam_size=2, n_best=2, max_len_a=0.0, max_len_b=10)
-    recorder = TreeRecorder(torch.arange(1), 1)
-    nbest = beam_search(ToyModel(TREE), *ONE_SOURCE, cfg, recorder=recorder)[0]
-    (tree,) = recorder.trees({h.node: rank for rank, h in enumerate(nbest)})
+    model = ToyModel(TREE)
+    batch = one_source(model, cfg, trees=True)
+    nbest = beam_search(model, batch)[0]
+    (tree,) = batch.recorder.trees({h.node: rank for rank, h in enumerate(nbest)})
     nodes = {
         (tuple(_path(tree, i)), node.state, node.rank): node.score
         for i, node in enumerate(tree.nodes)
@@ -147,8 +150,8 @@ def test_recording_the_tree_changes_no_output_and_holds_each_hypothesis(family, 
     n_best = 1 if strategy == Strategy.greedy else 3
     cfg = DecodeConfig(strategy=strategy, beam_size=4, n_best=n_best, batch_size=3, **LONG)
     prefixes = [[], [6], [], [7, 8], [], [], [9]]
-    plain = search_all(model, sources, cfg, CPU, attention=True, prefixes=prefixes)
-    recorded = search_all(model, sources, cfg, CPU, attention=True, prefixes=prefixes, trees=True)
+    plain = search_all(model, SearchJob(sources, cfg, prefixes, attention=True), CPU)
+    recorded = search_all(model, SearchJob(sources, cfg, prefixes, attention=True, trees=True), CPU)
     for a, b, prefix in zip(plain, recorded, prefixes):
         assert a.tree is None
         assert [h.tokens for h in a.nbest] == [h.tokens for h in b.nbest]
@@ -175,15 +178,15 @@ def test_recording_the_tree_changes_no_output_and_holds_each_hypothesis(family, 
 def test_greedy_tree_is_the_chain_of_its_hypothesis():
     model = random_model("gru-bahdanau")
     [source] = random_sources(2, 1)
-    [done] = search_all(model, [source], DecodeConfig(**LONG), CPU, trees=True)
+    [done] = search_all(model, SearchJob([source], DecodeConfig(**LONG), trees=True), CPU)
     [hyp] = done.nbest
     produced = hyp.tokens + [EOS] * hyp.ended
     assert [n.token for n in done.tree.nodes] == [BOS] + produced
     assert [n.state for n in done.tree.nodes] == ["root"] + ["kept"] * (len(produced) - 1) + [
         "finished"
     ]
-    batch = batch_of([source])
-    assert greedy(model, batch.src, batch.src_lens, DecodeConfig(**LONG))[0].tokens == hyp.tokens
+    batch = search_batch(model, [source], DecodeConfig(**LONG))
+    assert greedy(model, batch)[0].tokens == hyp.tokens
 
 
 # --- the Translator, nmt-translate and its prompt, with trained checkpoints ----------------------
@@ -225,7 +228,8 @@ def test_a_prefix_the_model_cannot_take_is_a_clear_error(translator):
         translator.translate(["Hallo"], prefixes=["I see " * 20])
     with pytest.raises(NMTError, match="2 prefixes for 1 texts"):
         translator.translate(["Hallo"], prefixes=["a", "b"])
-    translator.check_prefixes(["Hallo", ""], ["I see", "漢字"])  # a blank text ignores its prefix
+    # a blank text ignores its prefix (as a server's check, before translating)
+    translator.prepare(Request(["Hallo", ""], translator.decode, ["I see", "漢字"]))
 
 
 def test_the_tree_has_each_hypothesis_with_its_text(translator):

@@ -17,6 +17,7 @@ from nmt.config import DecodeConfig, Strategy
 from nmt.data import read_lines
 from nmt.errors import NMTError
 from nmt.metrics import bleu
+from nmt.request import Request
 from nmt.rerank import (
     Candidates,
     ChoiceBleu,
@@ -55,7 +56,7 @@ def per_piece(translator, sources, texts):
 def test_weight_on_the_main_model_alone_gives_its_1best(models, sources):
     main, other = models
     reranker = Reranker(main, [other], [1, 0])
-    found = reranker.candidates(sources, decode=DECODE)
+    found = reranker.candidates(Request(sources, DECODE))
     searched = main.translate_full(sources, False, decode=DECODE)
     assert [c.texts for c in found] == [[t for t, _ in r.nbest] for r in searched]
     assert reranker.translate(sources, decode=DECODE) == main.translate(sources, decode=DECODE)
@@ -108,7 +109,7 @@ def test_nmt_translate_reranks_n_lines_in_n_out(models, train_small, sources, tm
 
     assert cli.translate([*args, "nbest_tsv=true", f"output={tmp_path / 'rows'}"]) == 0
     rows = [r.split("\t") for r in (tmp_path / "rows").read_text(encoding="utf-8").splitlines()]
-    found = reranker.candidates(lines, decode=decode)
+    found = reranker.candidates(Request(lines, decode))
     for n, (candidates, best) in enumerate(zip(found, out), 1):
         mine = [r for r in rows if r[0] == str(n)]
         assert [r[1] for r in mine] == [str(k) for k in range(1, len(candidates.texts) + 1)]
@@ -284,7 +285,7 @@ def test_rerank_tune_reports_what_its_command_gives(train_small, demo_dir, tmp_p
     main = Translator.from_checkpoint(gru, device="cpu")
     other = Translator.from_checkpoint(transformer, device="cpu")
     sources, refs = read_lines(files["valid", "de"]), read_lines(files["valid", "en"])
-    found = Reranker(main, [other]).candidates(sources, decode=beam)
+    found = Reranker(main, [other]).candidates(Request(sources, beam))
     grid = {k / 10: bleu([c.texts[c.best([k / 10, 1 - k / 10])] for c in found], refs)
             for k in range(11)}  # fmt: skip
     top = max(grid.values())
@@ -320,7 +321,7 @@ def test_a_rerank_model_with_another_tokenizer_scores_the_text(train_small, sour
         train_small("gru", "data.tokenizer.vocab_size=350"), device="cpu"
     )
     assert len(other.vocabs.tgt) != len(main.vocabs.tgt)
-    found = Reranker(main, [other], [0, 1]).candidates(sources[:10], decode=DECODE)
+    found = Reranker(main, [other], [0, 1]).candidates(Request(sources[:10], DECODE))
     for c in found:
         expected = per_piece(other, [c.source] * len(c.texts), c.texts)
         assert [f[1] for f in c.features] == pytest.approx(expected, abs=1e-5)

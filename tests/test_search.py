@@ -19,7 +19,17 @@ from nmt.config import (
 from nmt.errors import NMTError
 from nmt.models import build_model
 from nmt.models.seq2seq import EncoderOutput
-from nmt.search import beam_search, constrain, decode_all, greedy, sample
+from nmt.search import (
+    Banned,
+    SearchBatch,
+    SearchJob,
+    beam_search,
+    decode_all,
+    greedy,
+    sample,
+    search_all,
+)
+from nmt.search.rules import ForcedPrefix, MinLength, NoRepeatNgram, Step, StepRules
 from nmt.tokenizer import BOS, EOS
 from nmt.translate import Translator
 
@@ -51,6 +61,14 @@ def random_sources(seed: int, count: int, max_len: int = 12) -> list[list[int]]:
 
 def batch_of(sources: list[list[int]]):
     return collate(list(range(len(sources))), sources, None)
+
+
+def search_batch(model, sources: list[list[int]], cfg: DecodeConfig, **job) -> SearchBatch:
+    """One batch of `sources` (ids ending in EOS), in order, to call a strategy on directly;
+    `job`: `SearchJob`'s other fields (prefixes, banned, constraints, attention, trees)."""
+    full = SearchJob(sources, cfg, **job)
+    rules = StepRules.build(full, CPU)
+    return SearchBatch.build(model, full, list(range(len(sources))), CPU, None, rules)
 
 
 # ---- a hand-built model: next-token probabilities given by a table of prefixes ----
@@ -96,17 +114,33 @@ TREE = {
     (A, C): {EOS: 1.0},
     (B,): {EOS: 0.9, C: 0.1},
 }
-ONE_SOURCE = torch.tensor([[A, EOS]]), torch.tensor([2])
+
+
+def tensors_batch(model, src: torch.Tensor, src_lens: torch.Tensor, cfg: DecodeConfig, **job):
+    """`search_batch` of a padded batch src (B, S) with its lengths (B,)."""
+    sources = [row[: int(n)].tolist() for row, n in zip(src, src_lens)]
+    return search_batch(model, sources, cfg, **job)
+
+
+def search(model, sources: list[list[int]], cfg: DecodeConfig, device=CPU, lexicon=None, **job):
+    """Each source's n-best list from `search_all`; `job`: `SearchJob`'s other fields."""
+    return [d.nbest for d in search_all(model, SearchJob(sources, cfg, **job), device, lexicon)]
+
+
+def one_source(model, cfg: DecodeConfig, **job) -> SearchBatch:
+    """The batch of the toy's one source, A EOS (`search_batch`)."""
+    return search_batch(model, [[A, EOS]], cfg, **job)
 
 
 def toy_decode(table, strategy=Strategy.beam, **options):
     cfg = DecodeConfig(strategy=strategy, max_len_a=0.0, max_len_b=10, **options)
     search = {Strategy.beam: beam_search, Strategy.sample: sample}[strategy]
-    return search(ToyModel(table), *ONE_SOURCE, cfg)[0]
+    return search(ToyModel(table), one_source(ToyModel(table), cfg))[0]
 
 
 def test_beam_finds_the_known_best_where_greedy_does_not():
-    greedy_hyp = greedy(ToyModel(TREE), *ONE_SOURCE, DecodeConfig(max_len_a=0.0, max_len_b=10))[0]
+    cfg = DecodeConfig(max_len_a=0.0, max_len_b=10)
+    greedy_hyp = greedy(ToyModel(TREE), one_source(ToyModel(TREE), cfg))[0]
     assert greedy_hyp.tokens == [A, B] and greedy_hyp.score == pytest.approx(
         torch.tensor(0.12).log()
     )
@@ -142,7 +176,7 @@ def test_length_limit_keeps_the_best_unfinished_hypotheses():
     go_on = {A: 0.9, B: 0.1}
     loop = {prefix: go_on for n in range(5) for prefix in _all_prefixes(n, (A, B))}
     cfg = DecodeConfig(strategy=Strategy.beam, beam_size=3, n_best=3, max_len_a=0.0, max_len_b=4)
-    nbest = beam_search(ToyModel(loop), *ONE_SOURCE, cfg)[0]
+    nbest = beam_search(ToyModel(loop), one_source(ToyModel(loop), cfg))[0]
     assert len(nbest) == 3 and not any(h.ended for h in nbest)
     assert all(len(h.tokens) == 4 for h in nbest)
     assert nbest[0].tokens == [A] * 4
@@ -184,20 +218,30 @@ def test_no_repeat_ngram_blocks_a_repeat():
     for n in range(12):
         for prefix in {tuple([A, B] * 6)[:n]}:
             table[prefix] = {B if n % 2 else A: 0.9, C: 0.05, EOS: 0.05}
-    free = greedy(ToyModel(table), *ONE_SOURCE, DecodeConfig(max_len_a=0.0, max_len_b=6))[0]
+    model, free_cfg = ToyModel(table), DecodeConfig(max_len_a=0.0, max_len_b=6)
+    free = greedy(model, one_source(model, free_cfg))[0]
     assert free.tokens == [A, B, A, B, A, B]
     cfg = DecodeConfig(max_len_a=0.0, max_len_b=6, no_repeat_ngram=2)
-    blocked = greedy(ToyModel(table), *ONE_SOURCE, cfg)[0]
+    blocked = greedy(model, one_source(model, cfg))[0]
     assert blocked.tokens[:3] == [A, B, A]  # (B, A) is new; a second (A, B) is not allowed
     bigrams = list(zip(blocked.tokens, blocked.tokens[1:]))
     assert len(bigrams) == len(set(bigrams))
 
 
-def test_constrain_bans_exactly_the_completing_tokens():
+def test_the_rules_block_exactly_the_completing_tokens():
     history = torch.tensor([[A, B, C, A, B], [A, A, A, A, A]])
-    out = constrain(torch.zeros(2, 8), 5, torch.tensor([0, 9]), no_repeat_ngram=3, history=history)
+    step = Step(5, torch.tensor([0, 1]), history)
+    rules = [MinLength(torch.tensor([0, 9])), NoRepeatNgram(3)]
+    out = StepRules(rules)(torch.zeros(2, 8), step)
     banned = [(out[r] == float("-inf")).nonzero().squeeze(1).tolist() for r in range(2)]
     assert banned == [[C], [EOS, A]]  # row 0: A B C exists; row 1: A A A exists, and too short
+    cfg = DecodeConfig(min_len_b=9, no_repeat_ngram=3)
+    built = StepRules.build(SearchJob([], cfg, banned=[[A, B]]), CPU)
+    built = built.for_batch(cfg, torch.tensor([0, 9]), torch.tensor([[A], [-1]]))
+    assert [type(rule) for rule in built.rules] == [MinLength, NoRepeatNgram, Banned, ForcedPrefix]
+    assert built.context > 1000  # the n-gram rule reads the whole history
+    plain = StepRules.build(SearchJob([], DecodeConfig()), CPU)
+    assert plain.for_batch(DecodeConfig(), torch.tensor([0, 0]), None).rules == []
 
 
 def test_nbest_lists_are_sorted_and_distinct():

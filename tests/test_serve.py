@@ -405,13 +405,13 @@ def test_an_unexpected_failure_is_a_json_500_and_the_server_goes_on(ckpt, monkey
     app = load_app(serve_config(ckpt))
     calls = []
 
-    def broken(self, sentences, *args, **kwargs):
-        calls.append(sentences)
+    def broken(self, prepared):
+        calls.append(prepared)
         raise RuntimeError("the decoder fell over")
 
     with TestClient(app, raise_server_exceptions=False) as c:
         with monkeypatch.context() as patch:
-            patch.setattr(Translator, "translate_full", broken)
+            patch.setattr(Translator, "run", broken)
             answer = c.post("/translate", json={"text": SENTENCES[0]})
         assert answer.status_code == 500 and calls
         assert answer.json() == {"error": "internal error: RuntimeError"}

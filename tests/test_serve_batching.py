@@ -48,15 +48,15 @@ def assert_same(got, want, where="") -> None:
 
 
 def count_decodes(monkeypatch) -> list[int]:
-    """Record the number of sentences of every Translator.translate_full call."""
+    """Record the number of sentences of every search the server runs (`Translator.run`)."""
     sizes: list[int] = []
-    real = Translator.translate_full
+    real = Translator.run
 
-    def counted(self, sentences, *args, **kwargs):
-        sizes.append(len(sentences))
-        return real(self, sentences, *args, **kwargs)
+    def counted(self, prepared):
+        sizes.append(len(prepared.texts))
+        return real(self, prepared)
 
-    monkeypatch.setattr(Translator, "translate_full", counted)
+    monkeypatch.setattr(Translator, "run", counted)
     return sizes
 
 
@@ -102,13 +102,13 @@ def test_batch_wait_0_decodes_every_request_alone(ckpt, monkeypatch):
 
 def test_the_event_loop_answers_while_a_decode_runs(ckpt, monkeypatch):
     """Decoding runs in the worker thread: /health is answered in the middle of a slow decode."""
-    real = Translator.translate_full
+    real = Translator.run
 
-    def slow(self, sentences, *args, **kwargs):
+    def slow(self, prepared):
         time.sleep(1.0)
-        return real(self, sentences, *args, **kwargs)
+        return real(self, prepared)
 
-    monkeypatch.setattr(Translator, "translate_full", slow)
+    monkeypatch.setattr(Translator, "run", slow)
     app = load_app(serve_config(ckpt))
 
     async def main():
@@ -264,18 +264,18 @@ def test_after_a_decode_the_next_batch_waits_for_the_requests_still_coming():
 
 
 def held_translations(monkeypatch) -> tuple[list, threading.Event]:
-    """Record the texts of every Translator.translate_full call; hold the first call until the
-    event is set."""
+    """Record the texts of every search the server runs (`Translator.run`); hold the first one
+    until the event is set."""
     calls, hold = [], threading.Event()
-    real = Translator.translate_full
+    real = Translator.run
 
-    def held(self, sentences, *args, **kwargs):
-        calls.append(list(sentences))
+    def held(self, prepared):
+        calls.append([text.segment.text for text in prepared.texts])
         if len(calls) == 1:
             assert hold.wait(30)
-        return real(self, sentences, *args, **kwargs)
+        return real(self, prepared)
 
-    monkeypatch.setattr(Translator, "translate_full", held)
+    monkeypatch.setattr(Translator, "run", held)
     return calls, hold
 
 

@@ -20,9 +20,9 @@ from test_serve_browser import CHROMIUM, api, browser_page, score_api, serving
 
 from nmt.cli import main as cli
 from nmt.inputs import read_sources
-from nmt.run_config import flatten
+from nmt.request import Request
 from nmt.serving.app import batch_key, load_app
-from nmt.serving.protocol import Job, check_job, text_cost
+from nmt.serving.protocol import check_request, text_cost
 from nmt.translate import Translator
 
 # sources of the toy's language "xx"; each goes word for word into "aa" or "bb"
@@ -127,13 +127,12 @@ def test_what_if_tree_and_constraints_follow_tgt_lang(client, translator):
 
 def test_a_batch_mixing_languages_gives_each_its_own(tagged, translator):
     """Requests into aa and bb queued together, and /score pairs of both: each gets what it
-    gets alone. They never share a decode (the Translator takes one tgt_lang per call); two
-    requests into the same language do."""
+    gets alone. Translations into both languages share a decode (each source carries its own
+    tag); /score pairs into one language share theirs."""
     alone = {lang: translator.translate(SOURCES, tgt_lang=lang) for lang in LANGS}
-    settings = flatten(BEAM)
-    tag = {lang: tuple(translator.target_prefix(lang)) for lang in LANGS}
-    assert batch_key(settings, tag["aa"], 1) == batch_key(settings, tag["aa"], 2)
-    assert batch_key(settings, tag["aa"], 1) != batch_key(settings, tag["bb"], 1)
+    prepared = {lang: translator.prepare(Request(SOURCES, BEAM, tgt_lang=lang)) for lang in LANGS}
+    assert batch_key(prepared["aa"], 1) == batch_key(prepared["bb"], 2)
+    assert prepared["aa"].texts[0].src != prepared["bb"].texts[0].src  # the tags differ
     app = load_app(serve_config(tagged, batch_wait_ms=300.0))
     with TestClient(app) as c:
         got: dict[str, object] = {}
@@ -160,14 +159,14 @@ def test_a_batch_mixing_languages_gives_each_its_own(tagged, translator):
         want = translator.score(SOURCES, alone["aa"], tgt_lang=lang)
         scores = [s["score"] for s in got[f"score-{lang}"]["scores"]]
         assert scores == pytest.approx([s.score for s in want], abs=1e-4)
-    assert 4 <= decodes < 6  # one decode per language and endpoint, unless a request came late
+    # one decode of translations, one of scores per language, unless a request came late
+    assert 3 <= decodes < 5
 
 
 def test_the_cost_check_reads_each_source_with_its_tag(translator):
     """As the search does: the tag is one more source piece, which moves the length limit."""
     ids = read_sources(translator.vocabs.src, SOURCES, BEAM.max_src_pieces, warn=False).ids
-    job = Job(SOURCES, BEAM, False, [""] * len(SOURCES), tgt_lang="bb")
-    costs = check_job(translator, job, 10**9)
+    _, costs = check_request(translator, Request(SOURCES, BEAM, tgt_lang="bb"), 10**9)
     assert costs == [text_cost(BEAM, len(i) + 1, False) for i in ids]
     assert costs != [text_cost(BEAM, len(i), False) for i in ids]
 
@@ -197,7 +196,7 @@ def test_an_unknown_or_missing_language_is_a_422_before_any_decode(client, path,
 
 def test_a_model_without_tags_takes_its_own_language_or_none(plain):
     translator = Translator.from_checkpoint(plain, BEAM, device="cpu")
-    assert translator.languages == ["aa"]
+    assert translator.tags.languages == ["aa"]
     want = translator.translate_full(SOURCES, False)
     with TestClient(load_app(serve_config(plain))) as c:
         for given in ({}, {"tgt_lang": "aa"}):
@@ -213,9 +212,9 @@ def test_a_model_without_tags_takes_its_own_language_or_none(plain):
         assert answer.status_code == 422
         assert answer.json()["error"] == "tgt_lang='bb': this model translates into aa"
     # asking for its one language by name or not decodes the same: they share batches
-    settings = flatten(BEAM)
-    tags = [tuple(translator.target_prefix(lang)) for lang in (None, "aa")]
-    assert batch_key(settings, tags[0], 1) == batch_key(settings, tags[1], 2)
+    keys = [batch_key(translator.prepare(Request(SOURCES, BEAM, tgt_lang=lang)), 1)
+            for lang in (None, "aa")]  # fmt: skip
+    assert keys[0] == keys[1]
 
 
 # --- the page's "Into" menu (headless Chromium, as tests/test_serve_browser.py) ---------------

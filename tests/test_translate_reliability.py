@@ -289,16 +289,16 @@ def test_ctrl_c_while_typing_cancels_the_line_and_ctrl_d_quits(gru_ckpt, monkeyp
 
 def test_ctrl_c_during_a_translation_returns_to_the_prompt(gru_ckpt, monkeypatch, capsys):
     translator = Translator.from_checkpoint(gru_ckpt, device="cpu")
-    translate_full = translator.translate_full
+    run = translator.run
     calls = []
 
-    def interrupted_once(*args, **kwargs):
-        calls.append(args)
+    def interrupted_once(prepared):
+        calls.append(prepared)
         if len(calls) == 1:
             raise KeyboardInterrupt  # as if Ctrl-C came in the middle of the search
-        return translate_full(*args, **kwargs)
+        return run(prepared)
 
-    monkeypatch.setattr(translator, "translate_full", interrupted_once)
+    monkeypatch.setattr(translator, "run", interrupted_once)
     type_into_repl(monkeypatch, [SHORT[0], SHORT[1]])
     repl(translator, TranslateRunConfig(str(gru_ckpt)))
     captured = capsys.readouterr()

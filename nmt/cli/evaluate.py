@@ -89,7 +89,7 @@ def _evaluate(
     tgt_lang: str | None,
 ) -> Scores:
     ckpt = ckpts[0]
-    translator.target_prefix(tgt_lang)  # a model that needs tgt_lang fails before any work
+    translator.tags.ids(tgt_lang)  # a model that needs tgt_lang fails before any work
 
     # the systems to compare, checked before any decoding: a wrong file fails in a second
     for path in cfg.compare:

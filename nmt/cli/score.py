@@ -11,6 +11,8 @@ lines from `tsv=FILE` or standard input. Output, on standard output, one line pe
 with decode's length penalty (what beam search ranks by); pieces and their scores are space
 separated, EOS last. A score of -inf (a piece outside decode.shortlist) is "-inf" in TSV and null
 in JSON. Files are checked (present, same line count, TSV tabs) before the model is loaded.
+For a model trained with target tags, `tgt_lang=LANG` says which language the translations are
+in (as nmt-translate's `tgt_lang`): its tag is put before each source.
 """
 
 from __future__ import annotations
@@ -113,11 +115,14 @@ def score_main(cfg: ScoreRunConfig) -> None:
     elif cfg.tsv is not None:
         _check_tsv(cfg.tsv)
     translator = Translator.from_command(cfg, cfg.decode, cfg.device)
+    translator.tags.ids(cfg.tgt_lang)  # an unknown tgt_lang fails before any input is read
     first = 1
     with ExitStack() as stack:
         for chunk in _chunks(_pairs(cfg, stack)):
             sources, translations = [s for s, _ in chunk], [t for _, t in chunk]
-            results = translator.score(sources, translations, first_line=first)
+            results = translator.score(
+                sources, translations, first_line=first, tgt_lang=cfg.tgt_lang
+            )
             sys.stdout.write(
                 "".join(format_score(r, cfg.format, cfg.pieces) + "\n" for r in results)
             )

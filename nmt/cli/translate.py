@@ -33,9 +33,9 @@ from nmt.beam_tree import BeamTree
 from nmt.config import DecodeConfig, Strategy
 from nmt.errors import NMTError
 from nmt.phrases import constraint_ids
-from nmt.rerank import Candidates, Reranker
+from nmt.request import Request
+from nmt.rerank import Reranker
 from nmt.run_config import TranslateRunConfig
-from nmt.search.positive import NEED_BEAM
 from nmt.translate import Translation, Translator
 
 CHUNK_LINES = 1000  # batch mode translates at most this many lines at a time
@@ -56,10 +56,10 @@ def translate_stream(
     from 1; a blank input line gives one row with an empty text). With `prefix_tsv` an input
     line is `source<TAB>prefix` (split at its first tab; no tab: no prefix); with
     `constraints_tsv` it is `source<TAB>phrase<TAB>phrase...`, and every hypothesis of the line
-    contains its phrases (`split_columns`). With a `reranker`
-    (whose main model is `translator`) each line's n-best list is rescored (`nmt.rerank`): the
-    line is its best hypothesis, and the n-best rows are in its order, with its combined score.
-    `tgt_lang`: the target language of a model trained with target tags (`Translator`).
+    contains its phrases (`line_request`). With a `reranker` (whose main model is
+    `translator`) each line's n-best list is rescored (`nmt.rerank`): the line is its best
+    hypothesis, and the n-best rows are in its order, with its combined score. `tgt_lang`: the
+    target language of a model trained with target tags (`Translator`).
 
     Lines are translated as they arrive: whatever has come in (up to CHUNK_LINES) goes to the
     model as soon as one line is there, so an interactive pipe gets each answer at once and a
@@ -70,75 +70,45 @@ def translate_stream(
     wait_full = decode.strategy == Strategy.sample
     for chunk in arrivals(lines, CHUNK_LINES, wait_full):
         chunk = [line.rstrip("\n") for line in chunk]
-        chunk, prefixes, constraints = split_columns(chunk, prefix_tsv, constraints_tsv)
+        request = line_request(chunk, decode, first, prefix_tsv, constraints_tsv, tgt_lang)
         if reranker is not None:
-            found = _candidates(reranker, chunk, decode, first, prefixes, constraints, tgt_lang)
-            for n, candidates in enumerate(found, first):
-                ranked = candidates.ranked(reranker.weights)
-                if not nbest_tsv:
-                    yield ranked[0][0]
-                    continue
-                for rank, (text, score) in enumerate(ranked, 1):
-                    yield f"{n}\t{rank}\t{score:.4f}\t{text}"
-        elif not nbest_tsv:
-            yield from translator.translate(
-                chunk, decode=decode, first_line=first, prefixes=prefixes,
-                constraints=constraints, tgt_lang=tgt_lang,
-            )  # fmt: skip
+            ranked = [c.ranked(reranker.weights) for c in reranker.candidates(request)]
         else:
-            results = translator.translate_full(
-                chunk, False, decode=decode, first_line=first, prefixes=prefixes,
-                constraints=constraints, tgt_lang=tgt_lang,
-            )  # fmt: skip
-            for n, result in enumerate(results, first):
-                for rank, (text, score) in enumerate(result.nbest, 1):
-                    yield f"{n}\t{rank}\t{score:.4f}\t{text}"
+            ranked = [t.nbest for t in translator.run(translator.prepare(request))]
+        for n, nbest in enumerate(ranked, first):
+            if not nbest_tsv:
+                yield nbest[0][0]
+                continue
+            for rank, (text, score) in enumerate(nbest, 1):
+                yield f"{n}\t{rank}\t{score:.4f}\t{text}"
         first += len(chunk)
 
 
-def split_columns(
-    lines: list[str], prefix_tsv: bool = False, constraints_tsv: bool = False
-) -> tuple[list[str], list[str] | None, list[list[str]] | None]:
-    """(sources, prefixes, constraints) of TSV lines: with `prefix_tsv` each line is split at its
-    first tab into source and prefix; with `constraints_tsv` at every tab into the source and its
-    phrases, blank fields left out. A line without a tab has no prefix or phrases; None where the
-    mode is off."""
+def line_request(
+    lines: list[str],
+    decode: DecodeConfig,
+    first_line: int = 1,
+    prefix_tsv: bool = False,
+    constraints_tsv: bool = False,
+    tgt_lang: str | None = None,
+) -> Request:
+    """The request of some lines of input: with `prefix_tsv` each line is split at its first tab
+    into source and prefix; with `constraints_tsv` at every tab into the source and its phrases,
+    blank fields left out. A line without a tab has no prefix or phrases."""
     if prefix_tsv and constraints_tsv:
         raise NMTError("prefix_tsv and constraints_tsv both read a line's columns: choose one")
+    texts, prefixes, constraints = lines, None, None
     if prefix_tsv:
         split = [line.partition("\t") for line in lines]
-        return [s for s, _, _ in split], [p for _, _, p in split], None
-    if constraints_tsv:
+        texts, prefixes = [s for s, _, _ in split], [p for _, _, p in split]
+    elif constraints_tsv:
         fields = [line.split("\t") for line in lines]
-        return [f[0] for f in fields], None, [[p for p in f[1:] if p.strip()] for f in fields]
-    return lines, None, None
-
-
-def _candidates(
-    reranker: Reranker,
-    texts: list[str],
-    decode: DecodeConfig,
-    first: int,
-    prefixes: list[str] | None,
-    constraints: list[list[str]] | None,
-    tgt_lang: str | None = None,
-) -> list[Candidates]:
-    """`reranker.candidates` of `texts` (numbered from `first`), each searched with its own
-    constraints: the Reranker takes one set for all its texts (decode.constraints), so each run
-    of lines with the same phrases is one call (lines without phrases batch together)."""
-    if constraints is None:
-        return reranker.candidates(
-            texts, decode=decode, first_line=first, prefixes=prefixes, tgt_lang=tgt_lang
+        texts, constraints = (
+            [f[0] for f in fields],
+            [[p for p in f[1:] if p.strip()] for f in fields],
         )
-    found: list[Candidates] = []
-    for phrases, run in itertools.groupby(range(len(texts)), key=constraints.__getitem__):
-        rows = list(run)
-        part = slice(rows[0], rows[-1] + 1)
-        found += reranker.candidates(
-            texts[part], decode=replace(decode, constraints=phrases), first_line=first + rows[0],
-            prefixes=None if prefixes is None else prefixes[part], tgt_lang=tgt_lang,
-        )  # fmt: skip
-    return found
+    return Request(texts, decode, prefixes, constraints=constraints, tgt_lang=tgt_lang,
+                   first_line=first_line)  # fmt: skip
 
 
 def check_columns(
@@ -146,28 +116,22 @@ def check_columns(
     path: str,
     prefix_tsv: bool = False,
     constraints_tsv: bool = False,
-    decode: DecodeConfig | None = None,
     tgt_lang: str | None = None,
 ) -> None:
     """Raise NMTError naming the first line of the file `path` whose prefix or constraints
-    (`split_columns`) cannot be met (`Translator.constraint_ids`), without translating: run
-    before the first line is translated, so that a bad line leaves no output half written. The
-    file is read a chunk at a time, as it will be translated: memory stays bounded."""
+    (`line_request`) cannot be met (`Translator.prepare`), without translating: run before the
+    first line is translated, so that a bad line leaves no output half written. The file is read
+    a chunk at a time, as it will be translated: memory stays bounded."""
     first = 1
     with _open_text(path, "r", sys.stdin) as source:
         while chunk := [line.rstrip("\n") for line in itertools.islice(source, CHUNK_LINES)]:
-            texts, prefixes, constraints = split_columns(chunk, prefix_tsv, constraints_tsv)
+            request = line_request(
+                chunk, translator.decode, first, prefix_tsv, constraints_tsv, tgt_lang
+            )
             try:
-                translator.constraint_ids(
-                    texts, constraints, decode, prefixes=prefixes, first_line=first,
-                    tgt_lang=tgt_lang,
-                )  # fmt: skip
+                translator.prepare(request, warn=False)
             except NMTError as err:
-                # the library numbers a request's "text"; here it is the file's line
-                message = str(err)
-                if message.startswith("text "):
-                    message = "line " + message.removeprefix("text ")
-                raise NMTError(f"{path}, {message} (nothing was translated)") from err
+                raise NMTError(f"{path}, {err} (nothing was translated)") from err
             first += len(chunk)
 
 
@@ -295,14 +259,12 @@ def _check_phrases(
     translator: Translator, decode: DecodeConfig, include: list[str], avoid: list[str]
 ) -> None:
     """Raise NMTError for phrases that no sentence could take under `decode` (constraints
-    without beam search, a piece the target vocabulary lacks), as soon as they are typed; what
-    depends on the sentence (its length limit, a search that finds no way) is known when it is
-    translated."""
-    if include and decode.strategy != Strategy.beam:
-        raise NMTError(NEED_BEAM)
+    without beam search, a piece the target vocabulary lacks, a phrase to avoid that no
+    translation could hold), as soon as they are typed; what depends on the sentence (its length
+    limit, a search that finds no way) is known when it is translated."""
+    translator.prepare(Request([""], decode, banned=avoid, constraints=[include]), warn=False)
     for phrase in include:
         constraint_ids(translator.vocabs.tgt, phrase)
-    translator.banned_ids(avoid, decode)
 
 
 def repl(translator: Translator, cfg: TranslateRunConfig) -> None:
@@ -364,10 +326,11 @@ def repl(translator: Translator, cfg: TranslateRunConfig) -> None:
         else:
             typed += 1
         try:
-            result = translator.translate_full(
-                [line], first_line=typed, prefixes=[prefix], tree=tree, decode=decode,
-                banned=avoid, constraints=[include], tgt_lang=cfg.tgt_lang,
-            )[0]  # fmt: skip
+            request = Request(
+                [line], decode, [prefix], avoid, [include], cfg.tgt_lang, attention=True,
+                tree=tree, first_line=typed,
+            )  # fmt: skip
+            result = translator.run(translator.prepare(request))[0]
         except KeyboardInterrupt:
             # search keeps nothing between calls, so an interrupted one leaves no state behind
             print("(translation cancelled)", file=sys.stderr)
@@ -431,14 +394,12 @@ def translate_main(cfg: TranslateRunConfig) -> None:
             "FILE); at the interactive prompt, /include A; B sets the phrases to include"
         )
     translator = Translator.from_command(cfg, cfg.decode, cfg.device)
-    translator.target_prefix(cfg.tgt_lang)  # an unknown tgt_lang fails before any input is read
+    translator.tags.ids(cfg.tgt_lang)  # an unknown tgt_lang fails before any input is read
     if interactive:
         repl(translator, cfg)
         return
     if cfg.input is not None and (cfg.prefix_tsv or cfg.constraints_tsv):
-        check_columns(
-            translator, cfg.input, cfg.prefix_tsv, cfg.constraints_tsv, tgt_lang=cfg.tgt_lang
-        )
+        check_columns(translator, cfg.input, cfg.prefix_tsv, cfg.constraints_tsv, cfg.tgt_lang)
     reranker = Reranker.from_command(cfg, translator) if cfg.rerank else None
     source = _open_text(cfg.input, "r", sys.stdin)
     sink = _open_text(cfg.output, "w", sys.stdout)

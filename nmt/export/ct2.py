@@ -41,10 +41,11 @@ from nmt.config import (
     TransformerConfig,
 )
 from nmt.errors import NMTError
-from nmt.export.runtime import manifest_vocabs, read_manifest
-from nmt.inputs import clean, length_batches, prefix_ids, read_sources
+from nmt.export.runtime import check_supported, manifest_tags, manifest_vocabs, read_manifest
+from nmt.inputs import clean, length_batches
 from nmt.models.transformer import sinusoids
-from nmt.tokenizer import BOS, EOS, UNK, Vocab
+from nmt.request import Request, prepare
+from nmt.tokenizer import BOS, EOS, UNK, Vocab, Vocabs
 
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, which the model uses
 MIN_SINUSOID_ROWS = 1024  # decode.max_src_pieces' default; more when max_positions is larger
@@ -247,6 +248,10 @@ def decode_options(
             "(CTranslate2 has no positive constraints): translate with the checkpoint "
             "(nmt.translate.Translator, decode=beam), or set decode.constraints=[]"
         )
+    rules = {k: v for k, v in cfg.step_rules().items() if k != "no_repeat_ngram"}
+    if rules:  # a step rule CTranslate2 is not known to apply as nmt's search does
+        shown = ", ".join(f"decode.{k}={v}" for k, v in rules.items())
+        raise NMTError(f"{shown} is not supported by the CTranslate2 export")
     beam = cfg.strategy == Strategy.beam
     if cfg.length_penalty == LengthPenalty.gnmt and beam:
         raise NMTError(
@@ -339,7 +344,9 @@ class CT2Translator:
             str(directory), device="cpu", compute_type=compute_type, intra_threads=threads,
             inter_threads=1,
         )  # fmt: skip
-        self.src_vocab, self.tgt_vocab = manifest_vocabs(directory, manifest)
+        self.vocabs = Vocabs(*manifest_vocabs(directory, manifest))
+        self.src_vocab, self.tgt_vocab = self.vocabs.src, self.vocabs.tgt
+        self.tags = manifest_tags(manifest, self.src_vocab)
         self.model = TransformerConfig(**{**manifest["model"], "arch": "transformer"})
         self.decode = decode or DecodeConfig(**manifest["decode"])
         self.eos = self.tgt_vocab.id_to_piece([EOS])[0]
@@ -352,14 +359,14 @@ class CT2Translator:
         first_line: int = 1,
         exact_limits: bool = True,
         prefixes: list[str] | None = None,
+        tgt_lang: str | None = None,
     ) -> list[str]:
         """The best translation of each text; blank texts give blank translations. See
-        `translate_pieces` for `exact_limits`. `decode.prefix` starts every translation;
-        `prefixes` (one per text, "" for none) take its place, as the Translator's."""
-        nbests = self.hypotheses(
-            texts, decode=decode, first_line=first_line, exact_limits=exact_limits,
-            prefixes=prefixes,
-        )  # fmt: skip
+        `translate_pieces` for `exact_limits`, and `hypotheses` for the other options."""
+        request = Request(
+            texts, decode or self.decode, prefixes, tgt_lang=tgt_lang, first_line=first_line
+        )
+        nbests = self.hypotheses(request, exact_limits)
         return self.detokenize([nbest[0][0] if nbest else [] for nbest in nbests])
 
     def detokenize(self, pieces: list[list[str]]) -> list[str]:
@@ -368,23 +375,23 @@ class CT2Translator:
         return [clean(text) for text in self.tgt_vocab.decode(ids)] if ids else []
 
     def hypotheses(
-        self,
-        texts: list[str],
-        *,
-        decode: DecodeConfig | None = None,
-        first_line: int = 1,
-        exact_limits: bool = True,
-        prefixes: list[str] | None = None,
+        self, request: Request, exact_limits: bool = True
     ) -> list[list[tuple[list[str], float]]]:
         """Each text's n-best list of (target pieces, normalised score); [] for a blank text.
-        The forced prefix is `decode.prefix`, or each text's of `prefixes`, as in `translate`."""
-        decode = decode or self.decode
-        sources = read_sources(self.src_vocab, texts, decode.max_src_pieces, first_line)
-        pieces = [self.src_vocab.id_to_piece(ids[:-1]) for ids in sources.ids]  # CT2 adds EOS
-        wanted = [decode.prefix] * len(texts) if prefixes is None else prefixes
-        ids = prefix_ids(self.tgt_vocab, wanted, sources, decode, first_line)
-        forced = [self.tgt_vocab.id_to_piece(p) for p in ids]
-        nbests = translate_pieces(
-            self.translator, pieces, decode, self.eos, self.model, exact_limits, forced
-        )
-        return sources.place(nbests, lambda i: [])
+        The request is read as the Translator reads it (`nmt.request`): each text's forced
+        prefix (its own, or decode.prefix), its target language's tag before each source (the
+        manifest's `target_tags`). Banned phrases, constraints, attention maps and search trees
+        are refused (`check_supported`), as is a setting CTranslate2 cannot honour
+        (`decode_options`)."""
+        check_supported(request, "CTranslate2 export", rules=("no_repeat_ngram",))
+        prepared = prepare(request, self.vocabs, self.tags.ids(request.tgt_lang))
+        live = [text for text in prepared.texts if text.src]
+        pieces = [self.src_vocab.id_to_piece(t.src[:-1]) for t in live]  # CT2 adds the EOS
+        forced = [self.tgt_vocab.id_to_piece(t.prefix) for t in live]
+        nbests = iter(
+            translate_pieces(
+                self.translator, pieces, prepared.settings, self.eos, self.model, exact_limits,
+                forced,
+            )
+        )  # fmt: skip
+        return [next(nbests) if text.src else [] for text in prepared.texts]

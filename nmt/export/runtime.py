@@ -24,8 +24,9 @@ import numpy as np
 
 from nmt.config import DecodeConfig, Precision, Strategy
 from nmt.errors import NMTError
-from nmt.inputs import Sources, clean, length_batches, prefix_ids, read_sources
-from nmt.tokenizer import BOS, EOS, PAD, Vocab
+from nmt.inputs import Sources, TargetTags, clean, length_batches, prefix_ids
+from nmt.request import Request, prepare
+from nmt.tokenizer import BOS, EOS, PAD, Vocab, Vocabs
 
 MANIFEST = "manifest.json"
 
@@ -99,7 +100,7 @@ class ExportedTranslator:
     """Greedy translation with the exported graphs. `decode` gives the batch size, the length
     limits (max_len_a/b/cap, min_len_a/b), max_src_pieces and the forced `prefix`; by default
     those the checkpoint validated with (stored in the manifest; no prefix). Other search
-    settings are not supported here."""
+    settings are refused (`check_greedy`, `check_supported`)."""
 
     def __init__(
         self, directory: str | Path, decode: DecodeConfig | None = None, threads: int = 0
@@ -117,7 +118,9 @@ class ExportedTranslator:
             case _:
                 raise NMTError(f"{directory}: format {kind!r} has no graphs to run here")
         self.decode = check_greedy(decode or DecodeConfig(**self.manifest["decode"]))
-        self.src_vocab, self.tgt_vocab = manifest_vocabs(self.directory, self.manifest)
+        self.vocabs = Vocabs(*manifest_vocabs(self.directory, self.manifest))
+        self.src_vocab, self.tgt_vocab = self.vocabs.src, self.vocabs.tgt
+        self.tags = manifest_tags(self.manifest, self.src_vocab)
 
     def translate(
         self,
@@ -126,20 +129,25 @@ class ExportedTranslator:
         decode: DecodeConfig | None = None,
         first_line: int = 1,
         prefixes: list[str] | None = None,
+        tgt_lang: str | None = None,
     ) -> list[str]:
         """The greedy translation of each text, read as `nmt.translate.Translator` reads it
-        (`nmt.inputs`): blank texts give blank translations, and a source longer than
-        decode.max_src_pieces is cut to its first pieces, with a warning logged. `decode`
+        (`nmt.request`, `nmt.inputs`): blank texts give blank translations, and a source longer
+        than decode.max_src_pieces is cut to its first pieces, with a warning logged. `decode`
         (default: the one given at construction) sets the limits and the batch size, and its
         `prefix` starts every translation; `prefixes` (one per text, "" for none) take its
-        place, as the Translator's."""
-        decode = check_greedy(decode or self.decode)
-        sources = read_sources(self.src_vocab, texts, decode.max_src_pieces, first_line)
-        wanted = [decode.prefix] * len(texts) if prefixes is None else prefixes
-        forced = prefix_ids(self.tgt_vocab, wanted, sources, decode, first_line)
-        decoded = self.greedy(sources.ids, decode, forced)
-        outputs = self.tgt_vocab.decode([d.tokens for d in decoded]) if decoded else []
-        return sources.place([clean(text) for text in outputs], lambda i: "")
+        place, as the Translator's; `tgt_lang` puts the language's target tag before each source
+        (the manifest's `target_tags`), as the Translator does."""
+        request = Request(
+            texts, decode or self.decode, prefixes, tgt_lang=tgt_lang, first_line=first_line
+        )
+        check_supported(request, "exported graphs' greedy loop")
+        check_greedy(request.settings)
+        prepared = prepare(request, self.vocabs, self.tags.ids(tgt_lang))
+        live = [text for text in prepared.texts if text.src]
+        decoded = self.greedy([t.src for t in live], prepared.settings, [t.prefix for t in live])
+        outputs = iter(self.tgt_vocab.decode([d.tokens for d in decoded]) if decoded else [])
+        return [clean(next(outputs)) if text.src else "" for text in prepared.texts]
 
     def greedy(
         self,
@@ -158,29 +166,46 @@ class ExportedTranslator:
         return greedy(self.session, self.manifest, src_ids, decode, prefixes)
 
 
+def check_supported(request: Request, runtime: str, rules: tuple[str, ...] = ()) -> None:
+    """Raise NMTError naming what of `request` an exported `runtime` cannot honour: banned
+    phrases, constraints, attention maps, search trees (no exported loop has them), and a step
+    rule whose setting is not among `rules` (`DecodeConfig.step_rules`). The one place where
+    every exported runtime refuses a request's options, so an option nmt's search gains is
+    refused by name until a runtime learns it, never silently dropped."""
+    refused = []
+    if request.banned_phrases:
+        refused.append(f"banned phrases ({', '.join(map(repr, request.banned_phrases))})"[:200])
+    if any(segment.constraints for segment in request.segments):
+        refused.append("constraints")
+    if request.attention:
+        refused.append("attention maps")
+    if request.tree:
+        refused.append("search trees")
+    refused += [
+        f"decode.{key}={value}"
+        for key, value in request.settings.step_rules().items()
+        if key not in rules
+    ]
+    if refused:
+        raise NMTError(
+            f"the {runtime} does not support {', '.join(refused)}: translate with the "
+            "checkpoint (nmt.translate.Translator, nmt-translate ckpt=DIR), or leave them out"
+        )
+
+
 def check_greedy(decode: DecodeConfig) -> DecodeConfig:
-    """`decode`, if the exported graphs' greedy loop can honour it; else an NMTError naming the
-    setting. The loop has no beam, sampling, n-best, n-gram blocking, shortlist or bf16: such a
-    setting is refused rather than silently decoded greedily in fp32."""
-    if decode.banned:
-        raise NMTError(
-            f"decode.banned={decode.banned} is not supported by the exported graphs (their loop "
-            "blocks no phrases): translate with the checkpoint (nmt.translate.Translator), or "
-            "set decode.banned=[]"
-        )
-    if decode.constraints:
-        raise NMTError(
-            f"decode.constraints={decode.constraints} is not supported by the exported graphs "
-            "(their greedy loop has no beam to allocate over the constraints' progress): "
-            "translate with the checkpoint (nmt.translate.Translator, decode=beam), or set "
-            "decode.constraints=[]"
-        )
+    """`decode`, if the exported graphs' greedy loop can honour its settings; else an NMTError
+    naming the setting. The loop has no beam, sampling, n-best, shortlist or bf16: such a setting
+    is refused rather than silently decoded greedily in fp32. (Banned phrases, constraints and
+    step rules: `check_supported`.)"""
     unsupported = [
+        (bool(decode.banned), f"decode.banned={decode.banned}"),
+        (bool(decode.constraints), f"decode.constraints={decode.constraints}"),
         (decode.strategy != Strategy.greedy, f"decode={decode.strategy.value}"),
         (decode.n_best != 1, f"decode.n_best={decode.n_best}"),
-        (decode.no_repeat_ngram != 0, f"decode.no_repeat_ngram={decode.no_repeat_ngram}"),
         (decode.shortlist != 0, f"decode.shortlist={decode.shortlist}"),
         (decode.precision != Precision.fp32, f"decode.precision={decode.precision.value}"),
+        *((True, f"decode.{k}={v}") for k, v in decode.step_rules().items()),
     ]
     named = [name for bad, name in unsupported if bad]
     if named:
@@ -189,6 +214,12 @@ def check_greedy(decode: DecodeConfig) -> DecodeConfig:
             "here (translate with the checkpoint, or export format=ctranslate2 for beam search)"
         )
     return decode
+
+
+def manifest_tags(manifest: dict, vocab: Vocab) -> TargetTags:
+    """The target languages of an export and their tags, as its checkpoint had them (an export
+    written before the manifest named them: languages unknown, no tags)."""
+    return TargetTags(manifest.get("target_tags"), vocab)
 
 
 def manifest_vocabs(directory: Path, manifest: dict) -> tuple[Vocab, Vocab]:

@@ -6,12 +6,15 @@ batches (`nmt.inputs.length_batches`, as every translator batches) and returns t
 input order.
 
 One module per concept, read top-down:
-  step.py         the results, the length limits, the shortlist, one constrained step
-  constraints.py  hard constraints: min length, n-gram blocking, forced tokens, banned phrases
+  job.py          `SearchJob`: the sources in ids and what is asked of their translations
+  driver.py       `search_all` / `decode_all`: length-sorted batches, results in input order
+  batch.py        one padded batch, built once: limits, shortlist, step rules, constraints
+  rules.py        the step rules, one list per batch: min length, n-gram blocking, banned
+                  phrases, the forced prefix (last)
+  step.py         the results and one step of the model through the rules
   positive.py     positive constraints: phrases every hypothesis must contain (beam search)
   single_path.py  greedy and sampling (one path per row)
   beam.py         beam search
-  driver.py       `decode_all` / `search_all`: length-sorted batches, results in input order
 
 All three work on rows: one row per live hypothesis, a decoder state with one row each. A finished
 sentence leaves the batch at once (its rows are dropped from the state with `reorder`), so a batch
@@ -20,34 +23,34 @@ Shapes: B sentences, K beam size, R live rows, V vocabulary, S source length, M 
 (L layers, h heads) of one step: (R, L, h, S).
 
 With `decode.shortlist` (and a `Lexicon`), a batch scores only the C target ids of its
-`Shortlist`, and each sentence only those it allows (the others get -inf, so its output does not
-depend on the batch it is in). Tokens are then column numbers of the shortlist, mapped back to
-vocabulary ids when a hypothesis is stored; the shortlist's ids start with the specials, so EOS
-is EOS in both.
+`Shortlist` (`nmt.search.batch`); tokens are then column numbers of the shortlist, mapped back to
+vocabulary ids when a hypothesis is stored.
 
-A forced prefix (`prefix`, (B, P) target ids, -1 past each sentence's own prefix) makes row r
-take prefix[r, t] at step t: every other token gets -inf, the forced one keeps the
-log-probability the model gives it (before the hard constraints, which a prefix overrides), so
-the hypothesis is scored as if the model had chosen it, and the search goes on from there. A beam
-then carries one live row per sentence until the prefix ends (the others score -inf). A
-`TreeRecorder` records every hypothesis kept (`nmt.beam_tree`); without one nothing is recorded.
+A forced prefix (per source, target ids) makes a row take its prefix's piece at step t: every
+other token gets -inf, the forced one keeps the log-probability the model gives it (before the
+other rules, which a prefix overrides), so the hypothesis is scored as if the model had chosen
+it, and the search goes on from there. A beam then carries one live row per sentence until the
+prefix ends (the others score -inf). A `TreeRecorder` records every hypothesis kept
+(`nmt.beam_tree`); without one nothing is recorded.
 
-Banned phrases (`banned`, target id sequences; `Banned`) are never produced: each step blocks
-the last piece of every phrase whose other pieces end a row's history. A forced prefix overrides
-them as it overrides the other constraints.
+Banned phrases (target id sequences; `Banned`) are never produced: each step blocks the last
+piece of every phrase whose other pieces end a row's history. A forced prefix overrides them as
+it overrides the other rules.
 
-Positive constraints (`constraints`: per sentence, target id sequences; `Constraints`) appear,
-each contiguous, in every hypothesis beam search returns: it allocates its beam over banks of
-constraint progress (dynamic beam allocation, Hu et al. 2019; positive.py), and EOS waits until
-every phrase is met. A forced prefix's pieces count toward them. Greedy and sampling refuse them.
+Positive constraints (per source, target id sequences; `Constraints`) appear, each contiguous,
+in every hypothesis beam search returns: it allocates its beam over banks of constraint progress
+(dynamic beam allocation, Hu et al. 2019; positive.py), and EOS waits until every phrase is met.
+A forced prefix's pieces count toward them. Greedy and sampling refuse them.
 """
 
+from nmt.search.batch import SearchBatch
 from nmt.search.beam import beam_search
-from nmt.search.constraints import NEG_INF, Banned, constrain, force
 from nmt.search.driver import decode_all, search_all
+from nmt.search.job import SearchJob
 from nmt.search.positive import Constraints, Unmet
+from nmt.search.rules import NEG_INF, Banned, StepRules
 from nmt.search.single_path import greedy, sample
-from nmt.search.step import Decoded, Hypothesis, _limits
+from nmt.search.step import Decoded, Hypothesis
 
 __all__ = [
     "NEG_INF",
@@ -55,13 +58,13 @@ __all__ = [
     "Constraints",
     "Decoded",
     "Hypothesis",
-    "_limits",
+    "SearchBatch",
+    "SearchJob",
+    "StepRules",
+    "Unmet",
     "beam_search",
-    "constrain",
     "decode_all",
-    "force",
     "greedy",
     "sample",
     "search_all",
-    "Unmet",
 ]

@@ -15,75 +15,54 @@ import math
 import torch
 from torch import Tensor
 
-from nmt.beam_tree import TreeRecorder
-from nmt.config import DecodeConfig
 from nmt.errors import NMTError
-from nmt.lexicon import Lexicon, Shortlist
 from nmt.models.seq2seq import Seq2Seq
-from nmt.search import step
-from nmt.search.constraints import NEG_INF, Banned
-from nmt.search.positive import Constraints, follow
-from nmt.search.step import Hypothesis, _hypothesis, _next_log_probs, _shortlist
+from nmt.search.batch import SearchBatch
+from nmt.search.positive import follow
+from nmt.search.rules import NEG_INF, Step
+from nmt.search.step import Hypothesis, hypothesis, next_log_probs
 from nmt.tokenizer import BOS, EOS
 
 
 @torch.inference_mode()
-def beam_search(
-    model: Seq2Seq,
-    src: Tensor,
-    src_lens: Tensor,
-    cfg: DecodeConfig,
-    attention: bool = True,
-    lexicon: Lexicon | None = None,
-    prefix: Tensor | None = None,
-    recorder: TreeRecorder | None = None,
-    banned: Banned | None = None,
-    constraints: Constraints | None = None,
-) -> list[list[Hypothesis]]:
-    """Batched beam search: the n-best list of each sentence of src (B, S), best first.
+def beam_search(model: Seq2Seq, batch: SearchBatch) -> list[list[Hypothesis]]:
+    """Batched beam search: the n-best list of each sentence of the batch, best first.
 
     Each step scores every (beam, token) extension, keeps the 2K best per sentence, sets aside the
     ones ending in EOS among the first K (the K-best rule that makes beam 1 equal greedy), and
     continues with the K best that do not end. A sentence is done when K hypotheses have finished
-    or it reached its length limit (then its K best are kept as they are, unended). `banned`
-    phrases are blocked in every row (`Banned`); they read the history, which follows the beam.
-    With `constraints`, every returned hypothesis contains each of its sentence's phrases (see
-    nmt/search/positive.py); a sentence none of whose hypotheses could meet them gets an empty
-    list.
+    or it reached its length limit (then its K best are kept as they are, unended). The step
+    rules read the history, which follows the beam. With positive constraints, every returned
+    hypothesis contains each of its sentence's phrases (see nmt/search/positive.py); a sentence
+    none of whose hypotheses could meet them gets an empty list.
     """
-    batch, device, k = src.size(0), src.device, cfg.beam_size
-    # looked up in its module at call time: one name to replace for every strategy (test_device)
-    max_len, min_len = step._limits(cfg, src, src_lens)
-    shortlist, prefix, banned, constraints = _shortlist(
-        model, cfg, lexicon, src, prefix, banned, constraints
-    )
-    forced_steps = 0 if prefix is None else prefix.size(1)
-    prefix_len = None if prefix is None else (prefix >= 0).sum(1)  # (B,)
-    prefix_scores = torch.zeros(batch, device=device)
+    cfg, src, max_len = batch.cfg, batch.src, batch.max_len
+    size, device, k = src.size(0), src.device, cfg.beam_size
+    shortlist, constraints, recorder = batch.shortlist, batch.constraints, batch.recorder
+    prefix_scores = torch.zeros(size, device=device)
     # the first step has one row per sentence (the empty hypothesis); the next ones K rows each
-    state = model.init_state(model.encode(src, src_lens))
-    sentence = torch.arange(batch, device=device)  # (N,) original index of each live sentence
-    scores = torch.zeros((batch, 1), device=device)  # (N, W): W rows per sentence, 1 then K
-    history = torch.zeros((batch, 0), dtype=torch.long, device=device)  # (R, t)
+    state = model.init_state(model.encode(src, batch.src_lens))
+    sentence = torch.arange(size, device=device)  # (N,) original index of each live sentence
+    scores = torch.zeros((size, 1), device=device)  # (N, W): W rows per sentence, 1 then K
+    history = torch.zeros((size, 0), dtype=torch.long, device=device)  # (R, t)
     maps: Tensor | None = None  # (R, t, L, h, S)
-    prev = torch.full((batch,), BOS, dtype=torch.long, device=device)
-    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    prev = torch.full((size,), BOS, dtype=torch.long, device=device)
+    finished = _Finished(batch)
     allowed: Tensor | None = None  # (R, C): the shortlist's pieces each row may produce
-    n_finished = torch.zeros(batch, dtype=torch.long, device=device)
+    n_finished = torch.zeros(size, dtype=torch.long, device=device)
     enough = max(cfg.n_best, math.ceil(cfg.patience * k))  # finished hypotheses that end a sentence
     matched = None if constraints is None else constraints.start()  # (N, W, P) phrase progress
     met: Tensor | None = None  # (N, W): constraint pieces of each row, for the recorder
 
     for t in range(int(max_len.max())):
         live, width = scores.shape
-        row_min = min_len[sentence].repeat_interleave(width)
+        row_sentence = sentence.repeat_interleave(width)  # (R,)
         # rows' lists change only when sentences leave or the beam widens: both change R
         if shortlist is not None and (allowed is None or allowed.size(0) != live * width):
-            allowed = shortlist.allowed[sentence].repeat_interleave(width, dim=0)  # (R, C)
-        forced = prefix[sentence, t].repeat_interleave(width) if t < forced_steps else None
-        log_probs, weights, state = _next_log_probs(
-            model, prev, state, t, row_min, cfg, history, shortlist, allowed, forced, banned
-        )
+            allowed = shortlist.allowed[row_sentence]  # (R, C)
+        step = Step(t, row_sentence, history, batch.rules.forced(t, row_sentence), allowed)
+        log_probs, weights, state = next_log_probs(model, prev, state, batch, step)
+        forced = step.forced
         vocab = log_probs.size(1)
         if vocab <= k:  # the K continuations below need K tokens other than EOS
             raise NMTError(f"decode.beam_size={k} needs a target vocabulary above {k} pieces")
@@ -98,7 +77,7 @@ def beam_search(
             # a sentence with no candidate left (its rows could not meet the constraints) is done
             at_limit = at_limit | (top_scores[:, 0] == NEG_INF)
         if forced is not None:  # while forced, a sentence's best candidate is its only one
-            ends = prefix_len[sentence] == t + 1
+            ends = batch.prefix_len[sentence] == t + 1
             prefix_scores[sentence] = torch.where(ends, top_scores[:, 0], prefix_scores[sentence])
         rows = top // vocab + torch.arange(live, device=device).unsqueeze(1) * width  # (N, 2K)
         tokens = top % vocab
@@ -111,19 +90,20 @@ def beam_search(
         if bool(finish.any()):
             which, rank = finish.nonzero(as_tuple=True)
             n_finished.index_add_(0, sentence[which], torch.ones_like(which))
+            ended_rows, ended_tokens = rows[which, rank], tokens[which, rank]
             nodes = None
             if recorder is not None:
-                ended = tokens[which, rank]
-                ended = ended if shortlist is None else shortlist.ids[ended]
+                ended = ended_tokens if shortlist is None else shortlist.ids[ended_tokens]
                 ended_met = None if constraints is None else banks[which, rank]
                 nodes = recorder.finish(
-                    rows[which, rank], ended, top_scores[which, rank], t + 1, ended_met
+                    ended_rows, ended, top_scores[which, rank], t + 1, ended_met
                 )
-            _set_aside(
-                finished, cfg, sentence[which], rows[which, rank], tokens[which, rank],
-                top_scores[which, rank], history, maps, weights if attention else None, src_lens,
-                shortlist, nodes,
-            )  # fmt: skip
+            seqs = torch.cat([history[ended_rows], ended_tokens.unsqueeze(1)], dim=1)
+            attn = None
+            if batch.attention and weights is not None:
+                last = weights.float()[ended_rows].unsqueeze(1)  # (F, 1, L, h, S)
+                attn = last if maps is None else torch.cat([maps[ended_rows], last], dim=1)
+            finished.add(sentence[which], seqs, top_scores[which, rank], attn, nodes)
 
         done = at_limit | (n_finished[sentence] >= enough)
         if bool(done.all()):
@@ -150,43 +130,42 @@ def beam_search(
             row_met = None if met is None else met.view(-1)
             recorder.advance(parent, ids, scores.view(-1), t + 1, row_met)
         history = torch.cat([history[parent], prev.unsqueeze(1)], dim=1)
-        if attention and weights is not None:
+        if batch.attention and weights is not None:
             step_maps = weights.float()[parent].unsqueeze(1)
             maps = step_maps if maps is None else torch.cat([maps[parent], step_maps], dim=1)
 
     prefix_of = prefix_scores.tolist()
-    for i, hyps in enumerate(finished):
+    for i, hyps in enumerate(finished.lists):
         for hyp in hyps:
             hyp.prefix_score = prefix_of[i]
-    return [sorted(hyps, key=lambda h: -h.normalized)[: cfg.n_best] for hyps in finished]
+    return [sorted(hyps, key=lambda h: -h.normalized)[: cfg.n_best] for hyps in finished.lists]
 
 
-def _set_aside(
-    finished: list[list[Hypothesis]],
-    cfg: DecodeConfig,
-    sentences: Tensor,
-    rows: Tensor,
-    tokens: Tensor,
-    scores: Tensor,
-    history: Tensor,
-    maps: Tensor | None,
-    weights: Tensor | None,
-    src_lens: Tensor,
-    shortlist: Shortlist | None,
-    nodes: Tensor | None = None,
-) -> None:
-    """Record finished hypotheses (F of them): their sentence, the row they extend, last token,
-    and (with a recorder) their tree nodes (F,)."""
-    seqs = torch.cat([history[rows], tokens.unsqueeze(1)], dim=1)  # (F, t + 1)
-    seqs = (seqs if shortlist is None else shortlist.ids[seqs]).tolist()
-    attn = None
-    if weights is not None:
-        last = weights.float()[rows].unsqueeze(1)  # (F, 1, L, h, S)
-        attn = (last if maps is None else torch.cat([maps[rows], last], dim=1)).cpu()
-    lens = src_lens.tolist()
-    node_ids = [None] * len(seqs) if nodes is None else nodes.tolist()
-    for f, (i, seq, score) in enumerate(zip(sentences.tolist(), seqs, scores.tolist())):
-        hyp_attn = None if attn is None else attn[f, ..., : lens[i]]
-        hyp = _hypothesis(seq, score, hyp_attn, cfg)
-        hyp.node = node_ids[f]
-        finished[i].append(hyp)
+class _Finished:
+    """The hypotheses each sentence of a batch has finished, as beam search sets them aside."""
+
+    def __init__(self, batch: SearchBatch) -> None:
+        self.lists: list[list[Hypothesis]] = [[] for _ in range(batch.src.size(0))]
+        self.cfg = batch.cfg
+        self.src_lens = batch.src_lens.tolist()
+        self.ids = None if batch.shortlist is None else batch.shortlist.ids
+
+    def add(
+        self,
+        sentences: Tensor,
+        seqs: Tensor,
+        scores: Tensor,
+        attn: Tensor | None,
+        nodes: Tensor | None,
+    ) -> None:
+        """F finished hypotheses: their sentences (F,), tokens (F, t + 1) (vocabulary ids, or
+        shortlist columns), scores (F,), attention maps (F, t + 1, L, h, S) or None, and tree
+        nodes (F,) or None."""
+        tokens = (seqs if self.ids is None else self.ids[seqs]).tolist()
+        attn = None if attn is None else attn.cpu()
+        node_ids = [None] * len(tokens) if nodes is None else nodes.tolist()
+        for f, (i, seq, score) in enumerate(zip(sentences.tolist(), tokens, scores.tolist())):
+            hyp_attn = None if attn is None else attn[f, ..., : self.src_lens[i]]
+            hyp = hypothesis(seq, score, hyp_attn, self.cfg)
+            hyp.node = node_ids[f]
+            self.lists[i].append(hyp)

@@ -33,9 +33,9 @@ fewer than n_best hypotheses: those that could no longer meet the phrases are dr
 when none is left the sentence is done.
 
 A forced prefix's pieces count toward the constraints: the prefix is part of the hypothesis.
-`pieces_needed` is what the search's feasibility rule starts from after a prefix, and the length
-check (`problem`) uses it. Greedy and sampling keep one path per row, with no beam to allocate:
-they refuse constraints (`NEED_BEAM`).
+`nmt.phrases.pieces_needed` is what the search's feasibility rule starts from after a prefix,
+and the request's length check (`nmt.phrases.problem`) uses it. Greedy and sampling keep one
+path per row, with no beam to allocate: they refuse constraints (`nmt.config.NEED_BEAM`).
 """
 
 from __future__ import annotations
@@ -46,13 +46,9 @@ import torch
 from torch import Tensor
 
 from nmt.errors import NMTError
-from nmt.search.constraints import NEG_INF
+from nmt.phrases import jumps
+from nmt.search.rules import NEG_INF
 from nmt.tokenizer import EOS
-
-NEED_BEAM = (
-    "constraints need decode=beam: greedy and sampling keep one path per sentence, with no beam "
-    "to allocate over the constraints' progress (set decode.strategy=beam)"
-)
 
 
 class Unmet(NMTError):
@@ -63,82 +59,10 @@ class Unmet(NMTError):
         self.source = source
 
 
-def _jumps(phrase: list[int]) -> list[list[int]]:
-    """KMP transitions: jumps[s][j] is how many pieces of `phrase` end the hypothesis after one
-    that had s of them (s < len) produces the piece phrase[j]. Any piece not in the phrase gives
-    0. O(len^2)."""
-    n = len(phrase)
-    border = [0] * (n + 1)  # border[s]: the longest proper start of phrase[:s] that ends it
-    k = 0
-    for s in range(1, n):
-        while k and phrase[s] != phrase[k]:
-            k = border[k]
-        if phrase[s] == phrase[k]:
-            k += 1
-        border[s + 1] = k
-    jumps = [[0] * n for _ in range(n)]
-    for s in range(n):
-        for j, piece in enumerate(phrase):
-            if phrase[s] == piece:
-                jumps[s][j] = s + 1
-            elif s:
-                jumps[s][j] = jumps[border[s]][j]  # border[s] < s: already filled in
-    return jumps
-
-
-def _padded(jumps: list[list[int]], size: int) -> list[list[int]]:
-    """A phrase's `_jumps` (n, n) padded with 0 to (size, size)."""
-    n = len(jumps)
-    return [row + [0] * (size - n) for row in jumps] + [[0] * size] * (size - n)
-
-
-def _advance(phrase: list[int], jumps: list[list[int]], state: int, piece: int) -> int:
-    """One step of `_jumps`'s automaton in plain Python (state < len(phrase))."""
-    return jumps[state][phrase.index(piece)] if piece in phrase else 0
-
-
-def pieces_needed(phrases: list[list[int]], prefix: list[int] | None = None) -> int:
-    """Constraint pieces a hypothesis that starts with `prefix` still needs, as the search counts
-    them (an upper bound: overlapping phrases may need fewer)."""
-    phrases = [list(p) for p in dict.fromkeys(map(tuple, phrases))]  # as `Constraints.build`
-    states = [0] * len(phrases)
-    tables = [_jumps(p) for p in phrases]
-    for piece in prefix or []:
-        for i, (phrase, jumps) in enumerate(zip(phrases, tables)):
-            if states[i] < len(phrase):
-                states[i] = _advance(phrase, jumps, states[i], piece)
-    unmet = [(len(p), s) for p, s in zip(phrases, states) if s < len(p)]
-    return sum(n for n, _ in unmet) - max((s for _, s in unmet), default=0)
-
-
-def holds(tokens: list[int], phrase: list[int]) -> bool:
-    """Whether `phrase` occurs in `tokens`, contiguous."""
-    n = len(phrase)
-    return any(tokens[i : i + n] == phrase for i in range(len(tokens) - n + 1))
-
-
-def problem(
-    phrases: list[list[int]], prefix: list[int], limit: int, banned: list[list[int]]
-) -> str | None:
-    """Why one sentence's phrases (ids) cannot be met, or None: an empty phrase, a phrase that
-    holds a banned piece sequence, or more pieces than the length `limit` leaves after the
-    forced `prefix` (the EOS needs a place)."""
-    for i, phrase in enumerate(phrases):
-        if not phrase:
-            return f"constraint {i} has no pieces"
-        for form in banned:
-            if holds(phrase, form):
-                return f"constraint {i} {phrase} contains the banned piece sequence {form}"
-    needed = pieces_needed(phrases, prefix)
-    if needed and needed + len(prefix) >= limit:
-        after = f" after a forced prefix of {len(prefix)} pieces" if prefix else ""
-        return (
-            f"the constraints need {needed} pieces{after}, and a translation of this source may "
-            f"have at most {limit} pieces (decode.max_len_a * source pieces + decode.max_len_b, "
-            "capped at decode.max_len_cap), the end included: raise decode.max_len_b, or give "
-            "fewer constraints"
-        )
-    return None
+def _padded(table: list[list[int]], size: int) -> list[list[int]]:
+    """A phrase's `jumps` (n, n) padded with 0 to (size, size)."""
+    n = len(table)
+    return [row + [0] * (size - n) for row in table] + [[0] * size] * (size - n)
 
 
 @dataclass
@@ -147,8 +71,8 @@ class Constraints:
 
     phrases (B, P, L) piece ids (vocabulary ids, or a shortlist's columns after `to_columns`),
     -1 past a phrase's end and for a sentence's missing phrases; lengths (B, P), 0 for a missing
-    phrase (met from the start); jumps (B, P, L, L) each phrase's `_jumps`; total (B,) each
-    sentence's pieces in all, its highest bank; levels: the batch's highest bank + 1."""
+    phrase (met from the start); jumps (B, P, L, L) each phrase's `nmt.phrases.jumps`; total
+    (B,) each sentence's pieces in all, its highest bank; levels: the batch's highest bank + 1."""
 
     phrases: Tensor
     lengths: Tensor
@@ -177,15 +101,15 @@ class Constraints:
         ]
         lengths = [[len(p) for p in ps] + [0] * (most - len(ps)) for ps in per_sentence]
         empty = [[0] * longest] * longest
-        jumps = [
-            [_padded(_jumps(p), longest) for p in ps] + [empty] * (most - len(ps))
+        tables = [
+            [_padded(jumps(p), longest) for p in ps] + [empty] * (most - len(ps))
             for ps in per_sentence
         ]
         lengths_t = torch.tensor(lengths, dtype=torch.long)
         total = lengths_t.sum(1)
         return cls(
             torch.tensor(phrases, dtype=torch.long, device=device), lengths_t.to(device),
-            torch.tensor(jumps, dtype=torch.long, device=device), total.to(device),
+            torch.tensor(tables, dtype=torch.long, device=device), total.to(device),
             int(total.max()) + 1,
         )  # fmt: skip
 
@@ -295,7 +219,7 @@ class Constraints:
         phrases: Tensor, lengths: Tensor, jumps: Tensor, matched: Tensor, piece: Tensor
     ) -> Tensor:
         """Progress (N, M, P) after candidates with progress `matched` (N, M, P) produce `piece`
-        (N, M): a met phrase stays met; an unmet one follows its `_jumps` (phrases (N, P, L),
+        (N, M): a met phrase stays met; an unmet one follows its `jumps` (phrases (N, P, L),
         lengths (N, 1, P), jumps (N, P * L * L) as `_live` gives them)."""
         longest = phrases.size(-1)
         hit = phrases.unsqueeze(1) == piece.view(*piece.shape, 1, 1)  # (N, M, P, L)
@@ -315,13 +239,3 @@ def follow(reached: Tensor, bank: Tensor, pick: Tensor) -> tuple[Tensor, Tensor]
     """The progress (N, K, P) and banks (N, K) of the candidates the beam `pick`s (N, K)."""
     index = pick.unsqueeze(-1).expand(-1, -1, reached.size(-1))
     return reached.gather(1, index), bank.gather(1, pick)
-
-
-def spans(tokens: list[int], phrases: list[list[int]]) -> list[tuple[int, int]]:
-    """Where each phrase first occurs in `tokens`: (start, end) piece indices, (-1, -1) if not."""
-    out = []
-    for phrase in phrases:
-        n = len(phrase)
-        at = next((i for i in range(len(tokens) - n + 1) if tokens[i : i + n] == phrase), -1)
-        out.append((at, at + n) if at >= 0 else (-1, -1))
-    return out

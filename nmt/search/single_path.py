@@ -1,7 +1,8 @@
 """One path per row: greedy search (the argmax each step) and sampling (a draw each step).
 
 `_single_path` runs both: one row per hypothesis, a finished row leaves the batch at once (its
-state rows are dropped with `reorder`). `sample` decodes `n_best` copies of each sentence.
+state rows are dropped with `reorder`). `sample` decodes the `n_best` rows its batch holds for
+each sentence.
 """
 
 from __future__ import annotations
@@ -9,13 +10,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from nmt.beam_tree import TreeRecorder
 from nmt.config import DecodeConfig
-from nmt.lexicon import Lexicon
 from nmt.models.seq2seq import Seq2Seq
-from nmt.search import step
-from nmt.search.constraints import NEG_INF, Banned
-from nmt.search.step import Hypothesis, _hypothesis, _next_log_probs, _shortlist
+from nmt.search.batch import SearchBatch
+from nmt.search.rules import NEG_INF, Step
+from nmt.search.step import Hypothesis, hypothesis, next_log_probs
 from nmt.tokenizer import BOS, EOS
 
 
@@ -38,63 +37,42 @@ def _draw(log_probs: Tensor, cfg: DecodeConfig, generator: torch.Generator | Non
 
 
 def _single_path(
-    model: Seq2Seq,
-    src: Tensor,
-    src_lens: Tensor,
-    cfg: DecodeConfig,
-    attention: bool,
-    generator: torch.Generator | None,
-    lexicon: Lexicon | None,
-    prefix: Tensor | None = None,
-    recorder: TreeRecorder | None = None,
-    banned: Banned | None = None,
+    model: Seq2Seq, batch: SearchBatch, generator: torch.Generator | None
 ) -> list[Hypothesis]:
-    """Greedy (generator None) or sampling: one hypothesis per row of src (B, S)."""
-    batch, device = src.size(0), src.device
-    # looked up in its module at call time: one name to replace for every strategy (test_device)
-    max_len, min_len = step._limits(cfg, src, src_lens)
-    shortlist, prefix, banned, _ = _shortlist(model, cfg, lexicon, src, prefix, banned)
+    """Greedy (generator None) or sampling: one hypothesis per row of the batch."""
+    cfg, src, max_len = batch.cfg, batch.src, batch.max_len
+    size, device = src.size(0), src.device
+    shortlist, recorder, context = batch.shortlist, batch.recorder, batch.rules.context
     steps = int(max_len.max())
-    tokens = torch.zeros((batch, steps), dtype=torch.long, device=device)
-    scores = torch.zeros(batch, device=device)
-    lengths = torch.zeros(batch, dtype=torch.long, device=device)  # tokens produced, EOS included
+    tokens = torch.zeros((size, steps), dtype=torch.long, device=device)
+    scores = torch.zeros(size, device=device)
+    lengths = torch.zeros(size, dtype=torch.long, device=device)  # tokens produced, EOS included
     maps: Tensor | None = None  # (B, steps, L, h, S)
-    forced_steps = 0 if prefix is None else prefix.size(1)
-    prefix_len = None if prefix is None else (prefix >= 0).sum(1)  # (B,)
-    prefix_scores = torch.zeros(batch, device=device)
-    last_node = torch.zeros(batch, dtype=torch.long, device=device)  # (B,) with a recorder
+    prefix_scores = torch.zeros(size, device=device)
+    last_node = torch.zeros(size, dtype=torch.long, device=device)  # (B,) with a recorder
 
-    state = model.init_state(model.encode(src, src_lens))
-    prev = torch.full((batch,), BOS, dtype=torch.long, device=device)
-    alive = torch.arange(batch, device=device)  # original rows still decoding
+    state = model.init_state(model.encode(src, batch.src_lens))
+    prev = torch.full((size,), BOS, dtype=torch.long, device=device)
+    alive = torch.arange(size, device=device)  # original rows still decoding
     allowed: Tensor | None = None  # (R, C): the shortlist's pieces each row may produce
     for t in range(steps):
-        # the token history is gathered only when a constraint reads it: all of it for the
-        # n-gram constraint, the longest phrase's context for banned phrases
-        if cfg.no_repeat_ngram:
-            history = tokens[alive, :t]
-        elif banned is not None and banned.context:
-            history = tokens[alive, max(0, t - banned.context) : t]
-        else:
-            history = None
+        # the token history is gathered only as far back as a rule reads it
+        history = tokens[alive, max(0, t - context) : t] if context else None
         # a row's list changes only when rows leave (then the row count changes)
         if shortlist is not None and (allowed is None or allowed.size(0) != alive.numel()):
             allowed = shortlist.allowed[alive]
-        forced = prefix[alive, t] if t < forced_steps else None
-        log_probs, weights, state = _next_log_probs(
-            model, prev, state, t, min_len[alive], cfg, history, shortlist, allowed, forced,
-            banned,
-        )  # fmt: skip
+        step = Step(t, alive, history, batch.rules.forced(t, alive), allowed)
+        log_probs, weights, state = next_log_probs(model, prev, state, batch, step)
         choice = _draw(log_probs, cfg, generator)
         tokens[alive, t] = choice
         scores[alive] += log_probs.gather(1, choice.unsqueeze(1)).squeeze(1)
         lengths[alive] = t + 1
-        if forced is not None:  # a prefix that ends at this step: its score is the row's now
-            ends = prefix_len[alive] == t + 1
+        if step.forced is not None:  # a prefix that ends at this step: its score is the row's now
+            ends = batch.prefix_len[alive] == t + 1
             prefix_scores[alive] = torch.where(ends, scores[alive], prefix_scores[alive])
-        if attention and weights is not None:
+        if batch.attention and weights is not None:
             if maps is None:
-                maps = weights.new_zeros((batch, steps, *weights.shape[1:]), dtype=torch.float)
+                maps = weights.new_zeros((size, steps, *weights.shape[1:]), dtype=torch.float)
             maps[alive, t] = weights.float()
         done = (choice == EOS) | (t + 1 >= max_len[alive])
         if recorder is not None:
@@ -117,59 +95,31 @@ def _single_path(
         recorder.mark_finished(last_node)
     # one device-to-host copy per tensor, then plain Python
     maps = None if maps is None else maps.cpu()
-    nodes = last_node.tolist() if recorder is not None else [None] * batch
+    nodes = last_node.tolist() if recorder is not None else [None] * size
     out = []
     for row, (n, seq, score, prefix_score) in enumerate(
         zip(lengths.tolist(), tokens.tolist(), scores.tolist(), prefix_scores.tolist())
     ):
-        attn = None if maps is None else maps[row, :n, ..., : int(src_lens[row])]
-        hyp = _hypothesis(seq[:n], score, attn, cfg)
+        attn = None if maps is None else maps[row, :n, ..., : int(batch.src_lens[row])]
+        hyp = hypothesis(seq[:n], score, attn, cfg)
         hyp.prefix_score, hyp.node = prefix_score, nodes[row]
         out.append(hyp)
     return out
 
 
 @torch.inference_mode()
-def greedy(
-    model: Seq2Seq,
-    src: Tensor,
-    src_lens: Tensor,
-    cfg: DecodeConfig,
-    attention: bool = True,
-    lexicon: Lexicon | None = None,
-    prefix: Tensor | None = None,
-    recorder: TreeRecorder | None = None,
-    banned: Banned | None = None,
-) -> list[Hypothesis]:
-    """Batched greedy search. src (B, S), src_lens (B,). Rows leave the batch when they finish.
-    `banned` phrases are never produced (`Banned`)."""
-    return _single_path(
-        model, src, src_lens, cfg, attention, None, lexicon, prefix, recorder, banned
-    )
+def greedy(model: Seq2Seq, batch: SearchBatch) -> list[Hypothesis]:
+    """Batched greedy search: the most probable piece each step, one hypothesis per sentence.
+    Rows leave the batch when they finish."""
+    return _single_path(model, batch, None)
 
 
 @torch.inference_mode()
-def sample(
-    model: Seq2Seq,
-    src: Tensor,
-    src_lens: Tensor,
-    cfg: DecodeConfig,
-    attention: bool = True,
-    lexicon: Lexicon | None = None,
-    prefix: Tensor | None = None,
-    recorder: TreeRecorder | None = None,
-    banned: Banned | None = None,
-) -> list[list[Hypothesis]]:
-    """`cfg.n_best` independent draws per sentence, sorted by normalised score. Reproducible for
-    the same inputs, batching and `cfg.seed`. A recorder is made with `n_best` rows per sentence
-    (`TreeRecorder(torch.arange(B).repeat_interleave(n_best), B)`)."""
-    generator = torch.Generator(device=src.device).manual_seed(cfg.seed)
-    n = cfg.n_best
-    prefix = None if prefix is None else prefix.repeat_interleave(n, 0)
-    hyps = _single_path(
-        model, src.repeat_interleave(n, 0), src_lens.repeat_interleave(n, 0), cfg, attention,
-        generator, lexicon, prefix, recorder, banned,
-    )  # fmt: skip
-    return [
-        sorted(hyps[i * n : (i + 1) * n], key=lambda h: -h.normalized) for i in range(src.size(0))
-    ]
+def sample(model: Seq2Seq, batch: SearchBatch) -> list[list[Hypothesis]]:
+    """`cfg.n_best` independent draws per sentence (the batch holds n_best rows per sentence,
+    `SearchBatch.build`), sorted by normalised score. Reproducible for the same inputs, batching
+    and `cfg.seed`."""
+    generator = torch.Generator(device=batch.src.device).manual_seed(batch.cfg.seed)
+    n = batch.cfg.n_best
+    hyps = _single_path(model, batch, generator)
+    return [sorted(hyps[i : i + n], key=lambda h: -h.normalized) for i in range(0, len(hyps), n)]

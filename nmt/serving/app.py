@@ -33,6 +33,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
@@ -40,13 +41,14 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from nmt.checkpoint import Checkpoint, load_checkpoint
-from nmt.config import DecodeConfig, Strategy
+from nmt.config import Strategy
 from nmt.errors import NMTError
+from nmt.request import Prepared, PreparedText
 from nmt.run_config import ServeRunConfig, flatten
 from nmt.serving.batching import Batcher, QueueFull
 from nmt.serving.protocol import (
     BadRequest,
-    check_job,
+    check_request,
     describe_model,
     parse_request,
     read_body,
@@ -62,38 +64,31 @@ log = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class Item:
-    """One text of a request, as the batcher queues it."""
+    """One text of a request, as the batcher queues it: in ids, checked (`check_request`)."""
 
-    text: str
-    decode: DecodeConfig
-    attention: bool
-    prefix: str = ""
-    tree: bool = False
-    # the phrases its translation must contain
-    constraints: list[str] = dataclasses.field(default_factory=list)
-    tgt_lang: str | None = None  # the language to translate into (`Translator.target_prefix`)
+    text: PreparedText
+    request: Prepared  # its request: the settings and banned ids it shares with its batch
 
 
-def decode_batch(translator: Translator, key: object, items: list[Item]) -> list[bytes]:
-    """The batcher's work, in its worker thread: the items of requests with the same decode
-    settings and target tag (`batch_key`); one decode for all of them, with those settings,
-    into the first item's language (the others' takes the same tag). Each result is its
-    translation's JSON, written here rather than on the event loop (a tree or attention maps can
-    make megabytes, which would hold every other request while they are written)."""
-    results = translator.translate_full(
-        [item.text for item in items],
-        any(item.attention for item in items),
-        decode=items[0].decode,
-        prefixes=[item.prefix for item in items],
-        tree=any(item.tree for item in items),
-        # None when no item has any: the unconstrained search, unchanged
-        constraints=[item.constraints for item in items]
-        if any(item.constraints for item in items)
-        else None,
-        tgt_lang=items[0].tgt_lang,
-    )
+def decode_batch(translator: Translator, items: list[Item]) -> list[bytes]:
+    """The batcher's work, in its worker thread: the texts of requests with the same key
+    (`batch_key`: the same settings and banned phrases; each text carries its own prefix,
+    constraints and target tag), searched together. Each result is its translation's JSON,
+    written here rather than on the event loop (a tree or attention maps can make megabytes,
+    which would hold every other request while they are written)."""
+    first = items[0].request
+    batch = Prepared(
+        [item.text for item in items], first.settings, first.banned,
+        attention=any(item.request.attention for item in items),
+        tree=any(item.request.tree for item in items), noun="text",
+    )  # fmt: skip
+    results = translator.run(batch)
     return [
-        _json(translation_json(t, item.attention, item.tree, item.constraints))
+        _json(
+            translation_json(
+                t, item.request.attention, item.request.tree, list(item.text.segment.constraints)
+            )
+        )
         for t, item in zip(results, items)
     ]
 
@@ -130,18 +125,13 @@ def _json(content: object) -> bytes:
     return text.encode("utf-8")
 
 
-def batch_key(settings: dict, tag: tuple[int, ...], job_id: int) -> tuple:
-    """Requests with equal keys are decoded together; `settings` are the decode settings as
-    `flatten` gives them, `tag` the target tag before each source (`target_tag`): the Translator
-    takes one target language per call, so each language has its batches (derived from the tag,
-    not the name, so a model's one language asked for by name or not shares them). Sampling
-    draws depend on the batch, so a sampling request is never mixed with others: then `seed`
-    gives the same draws every time. `prefix` and `constraints` are left out: each item carries
-    its own. A list setting is a tuple in the key (a key is hashed)."""
-    same = [(k, tuple(v) if isinstance(v, list) else v) for k, v in settings.items()]
-    sample = settings["strategy"] == Strategy.sample.value
-    own = ("prefix", "constraints")
-    return tuple(sorted(kv for kv in same if kv[0] not in own)), tag, job_id if sample else None
+def batch_key(prepared: Prepared, job_id: int) -> tuple:
+    """Requests with equal keys are decoded together: those with the same settings and banned
+    phrases (`Prepared.key`), whatever their texts, prefixes, constraints and target languages
+    (each rides in its own text's ids). Sampling draws depend on the batch, so a sampling request
+    is never mixed with others: then `seed` gives the same draws every time."""
+    sample = prepared.settings.strategy == Strategy.sample
+    return prepared.key, job_id if sample else None
 
 
 def create_app(translator: Translator, cfg: ServeRunConfig, info: dict) -> Starlette:
@@ -150,7 +140,7 @@ def create_app(translator: Translator, cfg: ServeRunConfig, info: dict) -> Starl
     def run(key: object, items: list) -> list[bytes]:
         if key[0] == SCORE:
             return score_batch(translator, items)
-        return decode_batch(translator, key, items)
+        return decode_batch(translator, items)
 
     batcher = Batcher(run, cfg.batch_wait_ms, cfg.max_batch, cfg.batch_cost, cfg.max_queue)
     counter = iter(range(1, sys.maxsize))
@@ -161,23 +151,23 @@ def create_app(translator: Translator, cfg: ServeRunConfig, info: dict) -> Starl
     info = {**info, "limits": limits}
 
     async def translate(request: Request) -> Response:
-        job = parse_request(await read_body(request, body_limit), cfg)
-        # a prefix the model cannot take, or a request over max_request_cost, fails here: a bad
+        asked = parse_request(await read_body(request, body_limit), cfg)
+        # tokenizing and checking take up to a second for the largest request the limits allow
+        # (every spelling of 64 long banned phrases): off the event loop, which goes on answering.
+        # A prefix the model cannot take, or a request over max_request_cost, fails here: a bad
         # request never fails the batch it would have joined
-        costs = check_job(translator, job, cfg.max_request_cost)
-        items = [
-            Item(text, job.decode, job.attention, prefix, job.tree, constraints, job.tgt_lang)
-            for text, prefix, constraints in zip(job.texts, job.prefixes, job.constraints)
-        ]
-        settings = flatten(job.decode)
-        key = batch_key(settings, target_tag(translator, job.tgt_lang), next(counter))
+        prepared, costs = await run_in_threadpool(
+            check_request, translator, asked, cfg.max_request_cost
+        )
+        items = [Item(text, prepared) for text in prepared.texts]
         try:
-            results = await batcher.submit(key, items, costs)
+            results = await batcher.submit(batch_key(prepared, next(counter)), items, costs)
         except QueueFull as full:
             headers = {"Retry-After": str(full.retry_after)}
             return JSONResponse({"error": str(full)}, status_code=503, headers=headers)
         except NMTError as err:
             raise BadRequest(422, str(err)) from None
+        settings = flatten(dataclasses.replace(asked.decode, banned=asked.banned_phrases))
         body = b'{"translations":[' + b",".join(results) + b'],"decode":'
         return Response(body + _json(settings) + b"}", media_type="application/json")
 

@@ -9,12 +9,13 @@ import dataclasses
 import json
 import math
 
-from starlette.requests import Request
+from starlette.requests import Request as HTTPRequest
 from torch import Tensor
 
 from nmt.config import DecodeConfig, LengthPenalty, RNNConfig, Strategy, TransformerConfig
 from nmt.errors import NMTError
-from nmt.inputs import clean, prefix_ids
+from nmt.inputs import clean
+from nmt.request import Prepared, PreparedText, Request
 from nmt.run_config import ServeRunConfig, TrainRunConfig, flatten
 from nmt.translate import Translation, Translator
 
@@ -31,6 +32,11 @@ DECODE_KEYS = (
 DECODE_CHOICES = {"strategy": Strategy, "length_penalty": LengthPenalty}
 MAX_BANNED = 64  # banned phrases in one request (each may have many spellings in pieces)
 MAX_CONSTRAINTS = 16  # phrases one translation must contain (each widens the search's candidates)
+# what a step's extra work is counted as (`step_weight`): about one plain step for each this many
+# constraint pieces, pieces of banned spellings, distinct lengths of banned spellings
+CONSTRAINT_PIECES = 8
+BANNED_PIECES = 4096
+BANNED_LENGTHS = 32
 DECODE_STRINGS = ("prefix",)
 # the values a request may give: wide enough for any sensible use, narrow enough that no
 # arithmetic in search overflows (beam_size and n_best: 1..max_beam, a setting of the server)
@@ -63,26 +69,10 @@ class BadRequest(Exception):
         self.status = status
 
 
-@dataclasses.dataclass
-class Job:
-    texts: list[str]
-    decode: DecodeConfig
-    attention: bool
-    # one per text: the start each translation is forced to; the request's "prefix" or
-    # "prefixes", else decode.prefix (the server's, or the request's "decode": {"prefix": ...})
-    prefixes: list[str]
-    tree: bool = False  # return each search tree
-    # one per text: the phrases its translation must contain; the request's "constraints", else
-    # the server's decode.constraints
-    constraints: list[list[str]] = dataclasses.field(default_factory=list)
-    # the language to translate into (`Translator.target_prefix`); None: the model's only one
-    tgt_lang: str | None = None
-
-
 # --- reading a request -----------------------------------------------------------------------
 
 
-async def read_body(request: Request, limit: int) -> bytes:
+async def read_body(request: HTTPRequest, limit: int) -> bytes:
     """The request body, refused with 413 as soon as it exceeds `limit` bytes."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
@@ -100,8 +90,9 @@ def no_constant(name: str) -> float:
     raise ValueError(f"{name} is not a number JSON allows")
 
 
-def parse_request(body: bytes, cfg: ServeRunConfig) -> Job:
-    """Check a /translate body against the contract; each problem is one BadRequest."""
+def parse_request(body: bytes, cfg: ServeRunConfig) -> Request:
+    """Check a /translate body against the contract and make it a Request (its texts numbered
+    "text 1", "text 2", ... in messages); each problem is one BadRequest."""
     try:
         data = json.loads(body, parse_constant=no_constant)
     except (ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
@@ -123,11 +114,14 @@ def parse_request(body: bytes, cfg: ServeRunConfig) -> Job:
             raise BadRequest(413, f"{len(texts)} texts: this server takes at most {cfg.max_texts}")
     prefixes = _prefixes(data, len(texts))
     constraints = _constraints(data, len(texts))
+    banned = _banned(data)
     tgt_lang = read_tgt_lang(data)
     given = data.get("decode")
     decode_prefix = given.get("prefix") if isinstance(given, dict) else None
+    # every character the request makes the server read: texts, prefixes, phrases, names
     chars = sum(len(t) for t in texts) + sum(len(p) for p in prefixes or [])
     chars += sum(len(p) for phrases in constraints or [] for p in phrases)
+    chars += sum(len(p) for p in banned)
     chars += len(decode_prefix) if isinstance(decode_prefix, str) else 0
     chars += len(tgt_lang or "")  # an unknown one is echoed in the 422
     if chars > cfg.max_chars:
@@ -140,14 +134,13 @@ def parse_request(body: bytes, cfg: ServeRunConfig) -> Job:
         if not isinstance(flags[key], bool):
             raise BadRequest(422, f'"{key}" must be true or false, not {_kind(flags[key])}')
     decode = request_decode(cfg.decode, data.get("decode", {}), cfg.max_beam)
-    decode = _with_banned(decode, data.get("banned", []))
-    if prefixes is None:  # as Translator.translate_full: the decode settings' prefix
-        prefixes = [decode.prefix] * len(texts)
-    if constraints is None:  # as Translator.translate_full: the decode settings' constraints
-        constraints = [list(decode.constraints)] * len(texts)
-    return Job(
-        texts, decode, flags["attention"], prefixes, flags["beam_tree"], constraints, tgt_lang
-    )
+    try:
+        return Request(
+            texts, decode, prefixes, banned, constraints, tgt_lang, flags["attention"],
+            flags["beam_tree"], noun="text",
+        )  # fmt: skip
+    except NMTError as err:
+        raise BadRequest(422, str(err)) from None
 
 
 def read_tgt_lang(data: dict) -> str | None:
@@ -160,31 +153,26 @@ def read_tgt_lang(data: dict) -> str | None:
 
 
 def target_tag(translator: Translator, tgt_lang: str | None) -> tuple[int, ...]:
-    """The ids the Translator puts before each source for `tgt_lang` (`target_prefix`: the
+    """The ids the Translator puts before each source for `tgt_lang` (`TargetTags.ids`: the
     language's tag, or none); a language the model does not translate into, or none given to a
-    model with several, is a 422 with the Translator's message, which names its languages. What
-    a decode depends on is these ids, not the name: requests share a batch when they are equal."""
+    model with several, is a 422 with the Translator's message, which names its languages."""
     try:
-        return tuple(translator.target_prefix(tgt_lang))
+        return tuple(translator.tags.ids(tgt_lang))
     except NMTError as err:
         raise BadRequest(422, str(err)) from None
 
 
-def _with_banned(decode: DecodeConfig, banned: object) -> DecodeConfig:
-    """The request's "banned" phrases (a list of strings) added to the server's decode.banned:
-    part of the decode settings, so only requests banning the same phrases share a batch."""
+def _banned(data: dict) -> list[str]:
+    """The request's "banned" phrases (a list of strings), which add to the server's
+    decode.banned."""
+    banned = data.get("banned", [])
     if not isinstance(banned, list) or not all(isinstance(p, str) for p in banned):
         raise BadRequest(422, '"banned" must be a list of strings (phrases no translation has)')
     if len(banned) > MAX_BANNED:
         raise BadRequest(
             413, f"{len(banned)} banned phrases: this server takes at most {MAX_BANNED}"
         )
-    if not banned:
-        return decode
-    try:
-        return dataclasses.replace(decode, banned=[*decode.banned, *banned])
-    except NMTError as err:
-        raise BadRequest(422, str(err)) from None
+    return banned
 
 
 def _prefixes(data: dict, count: int) -> list[str] | None:
@@ -282,45 +270,64 @@ def search_rows(decode: DecodeConfig) -> int:
             return 1
 
 
-def text_cost(decode: DecodeConfig, src_pieces: int, extras: bool) -> int:
+def text_cost(decode: DecodeConfig, src_pieces: int, extras: bool, weight: float = 1.0) -> int:
     """The most work one text's search can take, in hypothesis steps: the hypotheses it carries
     at each step (`search_rows`) times its length limit (`decode.max_len` of its source pieces,
-    EOS included; at most decode.max_len_cap). The search never runs past the length limit, so
-    no setting makes a text cost more: a huge min_len_b only forces it up to the limit. With
-    `extras` (the search tree or the attention maps returned) it counts twice: recording and
-    writing them about doubles a text's time (docs/serve.md)."""
-    return search_rows(decode) * decode.max_len(src_pieces) * (2 if extras else 1)
+    EOS included; at most decode.max_len_cap), times the `weight` of each of its steps
+    (`step_weight`). The search never runs past the length limit, so no setting makes a text
+    cost more: a huge min_len_b only forces it up to the limit. With `extras` (the search tree
+    or the attention maps returned) it counts twice: recording and writing them about doubles a
+    text's time (docs/serve.md)."""
+    steps = search_rows(decode) * decode.max_len(src_pieces) * (2 if extras else 1)
+    return math.ceil(steps * weight)
 
 
-def check_job(translator: Translator, job: Job, max_cost: int) -> list[int]:
-    """Each text's cost (`text_cost`; 0 for a blank text), after checking the request against
-    the model: a target language it lacks or a prefix it cannot force is a 422, a total cost over
-    `max_cost` a 413. Each source is read as the Translator reads it: cut to max_src_pieces, then
-    its target tag put before it (the tag counts toward the length limit, as in the search)."""
-    decode = job.decode
-    try:  # a language the model lacks: a 422 with the Translator's message, naming its own
-        sources = translator.sources(job.texts, decode, job.tgt_lang, warn=False)
-        prefix_ids(translator.vocabs.tgt, job.prefixes, sources, decode, 1, "text")
-        translator.banned_ids(None, decode)
-        if any(job.constraints):
-            translator.constraint_ids(
-                job.texts, job.constraints, decode, prefixes=job.prefixes, tgt_lang=job.tgt_lang
-            )
+def step_weight(prepared: Prepared, text: PreparedText) -> float:
+    """What one step of a text's search costs, in plain steps: 1, and the work its constraints
+    and the request's banned phrases add to every step of it (measured, docs/serve.md: each
+    CONSTRAINT_PIECES constraint pieces, each BANNED_PIECES pieces of banned spellings and each
+    BANNED_LENGTHS distinct spelling lengths cost about one plain step more)."""
+    constraint_pieces = sum(len(c) for c in text.constraints)
+    banned_pieces = sum(len(form) for form in prepared.banned)
+    lengths = len({len(form) for form in prepared.banned})
+    return (
+        1.0
+        + constraint_pieces / CONSTRAINT_PIECES
+        + banned_pieces / BANNED_PIECES
+        + lengths / BANNED_LENGTHS
+    )
+
+
+def check_request(
+    translator: Translator, request: Request, max_cost: int
+) -> tuple[Prepared, list[int]]:
+    """The request prepared (`Translator.prepare`: tokenized and checked once) and each text's
+    cost (`text_cost`; 0 for a blank text): a target language the model lacks, a prefix it
+    cannot force or constraints it cannot meet are a 422, a total cost over `max_cost` a 413.
+    Each source is read as the search reads it: cut to max_src_pieces, then its target tag put
+    before it (the tag counts toward the length limit, as in the search). Blocking work, up to a
+    second for the largest request the limits allow: the server calls it off its event loop."""
+    try:
+        prepared = translator.prepare(request)
     except NMTError as err:
         raise BadRequest(422, str(err)) from None
-    costs = [0] * len(job.texts)
-    for i, ids in zip(sources.index, sources.ids):
-        costs[i] = text_cost(decode, len(ids), job.tree or job.attention)
+    settings, extras = prepared.settings, prepared.tree or prepared.attention
+    costs = [
+        text_cost(settings, len(text.src), extras, step_weight(prepared, text)) if text.src else 0
+        for text in prepared.texts
+    ]
     if sum(costs) > max_cost:
-        extras = ", times 2 with beam_tree or attention" if job.tree or job.attention else ""
+        extras_note = ", times 2 with beam_tree or attention" if extras else ""
         raise BadRequest(
             413,
             f"this request costs {sum(costs)}, more than max_request_cost={max_cost} (for each "
-            f"text, the hypotheses searched at each step, {search_rows(decode)}, times its length "
-            f"limit, decode.max_len_a * source pieces + decode.max_len_b{extras}): send fewer "
-            "or shorter texts, or ask for a smaller beam_size or max_len_a/max_len_b",
+            f"text, the hypotheses searched at each step, {search_rows(settings)}, times its "
+            f"length limit, decode.max_len_a * source pieces + decode.max_len_b{extras_note}, "
+            "times what its constraints and banned phrases add to each step): send fewer or "
+            "shorter texts, phrases or constraints, or ask for a smaller beam_size or "
+            "max_len_a/max_len_b",
         )
-    return costs
+    return prepared, costs
 
 
 def check_keys(data: dict, valid: tuple[str, ...], prefix: str) -> None:
@@ -459,9 +466,9 @@ def describe_model(translator: Translator, run: TrainRunConfig, payload: dict) -
         "attention_maps": None if maps is None else {"layers": maps[0], "heads": maps[1]},
         "parameters": sum(p.numel() for p in translator.model.parameters()),
         "languages": {"source": run.data.src_lang, "target": run.data.tgt_lang},
-        # the "tgt_lang" values a request may give (Translator.languages): a model trained with
+        # the "tgt_lang" values a request may give (TargetTags.languages): a model trained with
         # target tags lists each tagged language, one without lists its data.tgt_lang alone
-        "target_languages": translator.languages,
+        "target_languages": translator.tags.languages,
         # the languages it was trained to read: several for a many-to-one model, no tag needed
         "source_languages": run.data.source_languages(),
         "data": run.data.name,

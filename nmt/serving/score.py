@@ -34,7 +34,7 @@ SCORE_KEYS = ("text", "texts", "tgt_lang", "translation", "translations")
 class ScoreJob:
     texts: list[str]
     translations: list[str]  # one per text
-    tgt_lang: str | None = None  # the language of the translations (`Translator.target_prefix`)
+    tgt_lang: str | None = None  # the language of the translations (`TargetTags.ids`)
 
 
 def parse_score_request(body: bytes, cfg: ServeRunConfig) -> ScoreJob:

@@ -1,0 +1,173 @@
+"""One translation request, the same object from the edge (a library call, the command line, the
+HTTP JSON) to the search, and its form in ids.
+
+    request = Request(["Ein Hund läuft."], decode, prefixes=["A dog"], banned=["runs"])
+    prepared = translator.prepare(request)    # tokenized and checked, once
+    translations = translator.run(prepared)   # the search
+
+A `Request` holds a call's options as the call gave them, and its constructor is the one place
+where they meet the decode settings' defaults (`decode`: a command's or a translator's settings,
+with the call's changes):
+
+- the call's `prefixes` (one per text) take the place of decode.prefix;
+- its `banned` phrases add to decode.banned;
+- its `constraints` (one list of phrases per text) take the place of decode.constraints;
+
+and where the checks that need no model run, once: the options' shapes, and constraints only
+with beam search. Then `segments` hold what is asked of each text (`Segment`: the text, its
+prefix, its constraints), `banned_phrases` the phrases no translation may contain, and
+`settings` the decode settings without that content (prefix, banned and constraints emptied):
+what the texts of different requests must share to be searched together. A new per-text option
+is a field of `Segment`; a new per-step rule a setting (`nmt.search.rules`).
+
+`prepare` turns a request into ids with a model's vocabularies and checks what depends on them
+before anything is searched, each problem an NMTError naming its text ("line N" of a file, "text
+N" of an HTTP request): the sources (cut to decode.max_src_pieces, the target tag put before
+each: `nmt.inputs`), the prefixes, every spelling of the banned phrases (`nmt.phrases`, expanded
+once for the whole request), each text's constraints (no banned phrase inside one, and room for
+them within the text's length limit after its prefix). A `Prepared` request is what the search
+runs (`Translator.run`); nmt-serve queues its texts and searches texts of several requests
+together when their `key`s are equal.
+
+This module needs sentencepiece and nothing heavier: the exported runtimes prepare their requests
+here too, without torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass, field, replace
+
+from nmt.config import NEED_BEAM, DecodeConfig, Strategy
+from nmt.errors import NMTError
+from nmt.inputs import prefix_ids, read_sources
+from nmt.phrases import banned_forms, constraint_ids, holds, problem
+from nmt.tokenizer import Vocabs
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One text of a request, and what is asked of its translation alone."""
+
+    text: str
+    prefix: str = ""  # target text its translation starts with ("" for none)
+    constraints: tuple[str, ...] = ()  # phrases its translation contains, each contiguous
+
+
+@dataclass
+class Request:
+    """A call's texts and options (see the module's notes for how they meet `decode`)."""
+
+    texts: list[str]
+    decode: DecodeConfig  # the settings this call decodes with: defaults and the call's changes
+    prefixes: list[str] | None = None  # one per text ("" for none); None: decode.prefix for each
+    banned: list[str] | None = None  # phrases no translation contains, beside decode.banned
+    constraints: list[list[str]] | None = None  # one list per text; None: decode.constraints
+    tgt_lang: str | None = None  # the target language (a model with target tags)
+    attention: bool = False  # return each translation's attention maps
+    tree: bool = False  # return each text's search tree
+    first_line: int = 1  # the number of the first text, in messages
+    noun: str = "line"  # what messages call a text: "line" of a file, "text" of a request
+    segments: list[Segment] = field(init=False)
+    banned_phrases: list[str] = field(init=False)  # decode.banned, then the call's
+    settings: DecodeConfig = field(init=False)  # `decode` without prefix, banned, constraints
+
+    def __post_init__(self) -> None:
+        decode, count = self.decode, len(self.texts)
+        if isinstance(self.texts, str):  # a string would be a list of its characters
+            raise NMTError(f"texts must be a list of texts, got the string {self.texts!r}")
+        prefixes = [decode.prefix] * count if self.prefixes is None else self.prefixes
+        if isinstance(prefixes, str) or len(prefixes) != count:
+            raise NMTError(f"{len(prefixes)} prefixes for {count} texts: give one per text")
+        banned = self.banned or []
+        if isinstance(banned, str):  # a string would ban each of its characters
+            raise NMTError(f"banned must be a list of phrases, got the string {banned!r}")
+        constraints = self.constraints
+        if constraints is None:
+            constraints = [decode.constraints] * count
+        elif isinstance(constraints, str) or len(constraints) != count:
+            raise NMTError(
+                f"constraints must be one list of phrases per text: {count} texts, got "
+                f"{constraints!r}"[:300]
+            )
+        for i, phrases in enumerate(constraints):
+            if isinstance(phrases, str):  # a string would be a list of its characters
+                raise NMTError(
+                    f"{self.noun} {self.first_line + i}: constraints must be a list of phrases, "
+                    f"got {phrases!r}"
+                )
+        if any(constraints) and decode.strategy != Strategy.beam:
+            raise NMTError(NEED_BEAM)
+        self.segments = [
+            Segment(text, prefix or "", tuple(phrases or ()))
+            for text, prefix, phrases in zip(self.texts, prefixes, constraints)
+        ]
+        self.banned_phrases = [*decode.banned, *banned]
+        self.settings = replace(decode, prefix="", banned=[], constraints=[])
+
+
+@dataclass(frozen=True)
+class PreparedText:
+    """One segment in ids."""
+
+    segment: Segment
+    src: list[int]  # ids ending in EOS, the target tag first; [] for a blank text
+    prefix: list[int]  # target ids forced at the start of its translation
+    constraints: list[list[int]]  # target ids of each constraint, in the segment's order
+
+
+@dataclass
+class Prepared:
+    """A request in ids, checked: what the search runs (`Translator.run`)."""
+
+    texts: list[PreparedText]
+    settings: DecodeConfig
+    banned: list[list[int]]  # every spelling of every banned phrase
+    attention: bool = False
+    tree: bool = False
+    first_line: int = 1
+    noun: str = "line"
+
+    @property
+    def key(self) -> Hashable:
+        """What texts must share to be searched together: the settings and the banned ids (the
+        target tag rides in each source, so texts into other languages mix freely)."""
+        settings = tuple(
+            (k, tuple(v) if isinstance(v, list) else v) for k, v in vars(self.settings).items()
+        )
+        return settings, tuple(map(tuple, self.banned))
+
+
+def prepare(request: Request, vocabs: Vocabs, tag: list[int], warn: bool = True) -> Prepared:
+    """The request in ids (see the module's notes), with `tag` (`nmt.inputs.TargetTags.ids`)
+    put before each source. `warn`: log a warning for each source cut to max_src_pieces (off for
+    a check that comes before the translation, which warns)."""
+    settings, segments = request.settings, request.segments
+    first, noun = request.first_line, request.noun
+    sources = read_sources(
+        vocabs.src, [s.text for s in segments], settings.max_src_pieces, first, warn
+    )
+    if tag:
+        sources.ids = [tag + ids for ids in sources.ids]
+    prefixes = [s.prefix for s in segments]
+    forced = prefix_ids(vocabs.tgt, prefixes, sources, settings, first, noun)
+    # one limit for every text: a phrase no translation could hold, whatever its source
+    forms = banned_forms(vocabs.tgt, request.banned_phrases, settings.max_len_cap)
+    texts = [PreparedText(segment, [], [], []) for segment in segments]
+    for k, i in enumerate(sources.index):
+        where = f"{noun} {first + i}: "
+        phrases = segments[i].constraints
+        required = [constraint_ids(vocabs.tgt, phrase, where) for phrase in phrases]
+        for phrase, pieces in zip(phrases, required):
+            for word, spellings in zip(request.banned_phrases, forms):
+                if any(holds(pieces, form) for form in spellings):
+                    raise NMTError(
+                        f"{where}the constraint {phrase!r} contains the banned phrase {word!r}: "
+                        "no translation could hold it"
+                    )
+        why = required and problem(required, forced[k], settings.max_len(len(sources.ids[k])))
+        if why:
+            raise NMTError(where + why)
+        texts[i] = PreparedText(segments[i], sources.ids[k], forced[k], required)
+    banned = [form for spellings in forms for form in spellings]
+    return Prepared(texts, settings, banned, request.attention, request.tree, first, noun)
