@@ -509,6 +509,10 @@ class DecodeConfig:
     max_len_b: int = 10
     max_len_cap: int = 512
     no_repeat_ngram: int = 0  # forbid repeating any n-gram of this size; 0 = off
+    # a piece already in the hypothesis has its log-probability multiplied by this (> 1 lowers
+    # it; as Hugging Face's beam search does, and CTranslate2's option of the same name), and the
+    # hypothesis is scored with the lowered value; 1 = off
+    repetition_penalty: float = 1.0
     temperature: float = 1.0  # sample only: logits / temperature
     top_k: int = 0  # sample only: draw from the k most probable tokens; 0 = all
     top_p: float = 1.0  # sample only: from the smallest set with this much probability mass
@@ -555,6 +559,8 @@ class DecodeConfig:
             raise NMTError("decode.n_best > 1 needs decode=beam or decode=sample")
         if self.temperature <= 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
             raise NMTError("decode.temperature must be > 0, top_p in (0, 1], top_k >= 0")
+        if not self.repetition_penalty > 0:
+            raise NMTError(f"decode.repetition_penalty must be > 0, got {self.repetition_penalty}")
         if self.no_repeat_ngram < 0 or self.max_len_cap < 1 or self.alpha < 0:
             raise NMTError("decode.no_repeat_ngram >= 0, max_len_cap >= 1 and alpha >= 0 needed")
         if not 0 <= self.shortlist <= SHORTLIST_MAX or self.shortlist_frequent < 0:
@@ -590,6 +596,8 @@ class DecodeConfig:
                 )
         if self.no_repeat_ngram:
             text += f", no_repeat_ngram {self.no_repeat_ngram}"
+        if self.repetition_penalty != 1.0:
+            text += f", repetition_penalty {self.repetition_penalty:g}"
         if self.shortlist:
             text += f", shortlist {self.shortlist} per source piece + {self.shortlist_frequent}"
         if self.precision != Precision.fp32:
@@ -606,7 +614,8 @@ class DecodeConfig:
         """The settings that turn on a step rule of the search (`nmt.search.rules`), with their
         values: what a translator that does not apply a rule (an exported runtime) must refuse
         rather than ignore. The minimum length is every translator's."""
-        off = {"no_repeat_ngram": 0}  # each rule's setting and the value that turns it off
+        # each rule's setting and the value that turns it off
+        off = {"no_repeat_ngram": 0, "repetition_penalty": 1.0}
         return {k: getattr(self, k) for k, value in off.items() if getattr(self, k) != value}
 
     def max_len(self, src_len: int) -> int:

@@ -2,6 +2,7 @@
 batch-size independence, constraints and reproducible sampling, for both model families; the
 search under bf16 (decode.precision)."""
 
+import math
 from dataclasses import dataclass, replace
 
 import pytest
@@ -421,3 +422,65 @@ def test_decode_precision_fp16_on_the_cpu_is_a_clear_error(train_small):
         Translator.from_checkpoint(
             train_small("gru"), DecodeConfig(precision=Precision.fp16), "cpu"
         )
+
+
+def test_the_repetition_penalty_scores_a_piece_the_hypothesis_has_lower():
+    """After A, the model prefers A again (.5) to C (.3); a penalty of 2 scores the second A as
+    2 log .5 < log .3, so greedy takes C. The score is the penalised one; 1 adds no rule."""
+    table = {(): {A: 0.6, B: 0.4}, (A,): {A: 0.5, C: 0.3, EOS: 0.2}}
+    model, cfg = ToyModel(table), DecodeConfig(max_len_a=0.0, max_len_b=5)
+    assert greedy(model, one_source(model, cfg))[0].tokens == [A, A]
+    penalised = replace(cfg, repetition_penalty=2.0)
+    [hyp] = greedy(model, one_source(model, penalised))
+    assert (hyp.tokens, hyp.score) == ([A, C], pytest.approx(math.log(0.6) + math.log(0.3)))
+    # beam 2: B EOS (.4) ends first either way; the second is A A (.3) without the penalty, and
+    # A C (.18) with it, where A A scores .6 * .5 ** 2 = .15
+    beam = replace(cfg, strategy=Strategy.beam, beam_size=2, n_best=2)
+    assert [h.tokens for h in beam_search(model, one_source(model, beam))[0]] == [[B], [A, A]]
+    nbest = beam_search(model, one_source(model, replace(beam, repetition_penalty=2.0)))[0]
+    assert [h.tokens for h in nbest] == [[B], [A, C]]
+    assert "repetition_penalty 2" in penalised.describe()
+    assert StepRules.build(SearchJob([], cfg), CPU).rules == []
+    with pytest.raises(NMTError, match="decode.repetition_penalty must be > 0"):
+        DecodeConfig(repetition_penalty=0.0)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_repetition_penalty_is_the_score_of_stepping_through_with_it(family):
+    """Beam search's score of each hypothesis is the sum of the model's log-probabilities with
+    every piece seen before multiplied by the penalty; no hypothesis is worse for it."""
+    model, sources = random_model(family), random_sources(6, 5)
+    cfg = DecodeConfig(strategy=Strategy.beam, beam_size=3, n_best=2, max_len_a=1.0,
+                       max_len_b=3, repetition_penalty=1.5)  # fmt: skip
+    for source, nbest in zip(sources, decode_all(model, sources, cfg, CPU)):
+        for hyp in nbest:
+            produced, seen, score = hyp.tokens + [EOS] * hyp.ended, set(), 0.0
+            batch = batch_of([source])
+            with torch.no_grad():
+                state = model.init_state(model.encode(batch.src, batch.src_lens))
+                for prev, token in zip([BOS] + produced, produced):
+                    logits, _, state = model.decode_step(torch.tensor([prev]), state)
+                    value = float(logits.log_softmax(-1)[0, token])
+                    score += value * (1.5 if token in seen else 1.0)
+                    seen.add(token)
+            assert hyp.score == pytest.approx(score, abs=1e-4)
+
+
+def test_the_repetition_penalty_is_a_request_option_the_exported_runtimes_refuse():
+    from nmt.export.ct2 import decode_options
+    from nmt.export.runtime import check_supported
+    from nmt.request import Request
+    from nmt.serving.protocol import BadRequest, request_decode
+
+    assert request_decode(DecodeConfig(), {"repetition_penalty": 1.3}, 16).repetition_penalty == 1.3
+    with pytest.raises(BadRequest, match="repetition_penalty=0 is out of range"):
+        request_decode(DecodeConfig(), {"repetition_penalty": 0}, 16)
+    request = Request(["Ein Haus."], DecodeConfig(repetition_penalty=1.3))
+    for runtime, rules in (
+        ("exported graphs' greedy loop", ()),
+        ("CTranslate2 export", ("no_repeat_ngram",)),
+    ):
+        with pytest.raises(NMTError, match="does not support decode.repetition_penalty=1.3"):
+            check_supported(request, runtime, rules)
+    with pytest.raises(NMTError, match="decode.repetition_penalty=1.3 is not supported by the CT"):
+        decode_options(DecodeConfig(repetition_penalty=1.3), [5])

@@ -5,16 +5,18 @@ The list is built from the decode settings and the job's content once per job (`
 and each batch adds its sentences' own (`for_batch`), in this order:
 
   1. minimum length (decode.min_len_a/b): EOS is blocked while a row is shorter;
-  2. n-gram blocking (decode.no_repeat_ngram): a piece that would repeat an n-gram of the row;
-  3. banned phrases: the last piece of each phrase whose other pieces end the row (`Banned`);
-  4. the forced prefix, last: a row with a prefix piece at this step takes only that piece,
+  2. repetition penalty (decode.repetition_penalty): a piece the row has is scored lower;
+  3. n-gram blocking (decode.no_repeat_ngram): a piece that would repeat an n-gram of the row;
+  4. banned phrases: the last piece of each phrase whose other pieces end the row (`Banned`);
+  5. the forced prefix, last: a row with a prefix piece at this step takes only that piece,
      scored as the model scored it before any rule, so a prefix overrides every other rule.
 
-A rule changes the rows' log-probabilities (R, V) in place: it sets blocked pieces to -inf and
-leaves the others as they are (no renormalisation), so a hypothesis is scored as the model scores
-it. It reads what the step says (`Step`): its number, the sentence of each row, each row's last
-pieces (as many as the rules' `context` asks for), the forced pieces. With a shortlist the list
-is mapped to its columns once per batch (`to_columns`), and pieces are columns throughout.
+A rule changes the rows' log-probabilities (R, V): it sets blocked pieces to -inf and leaves the
+others as they are (no renormalisation), so a hypothesis is scored as the model scores it; the
+repetition penalty alone rescales some, and the score then takes the rescaled values. A rule
+reads what the step says (`Step`): its number, the sentence of each row, each row's last pieces
+(as many as the rules' `context` asks for), the forced pieces. With a shortlist the list is
+mapped to its columns once per batch (`to_columns`), and pieces are columns throughout.
 
 A new rule is a class with `context`, `__call__` and `to_columns`, and one line in `build`; the
 setting that turns it on is named in `DecodeConfig.step_rules`, so the exported runtimes, which
@@ -97,6 +99,25 @@ class NoRepeatNgram:
         return log_probs.masked_fill_(blocked > 0, NEG_INF)
 
     def to_columns(self, ids: Tensor) -> NoRepeatNgram:
+        return self  # it compares the row's own pieces: columns as well as ids
+
+
+@dataclass
+class RepetitionPenalty:
+    """A piece already in the row's history has its log-probability multiplied by `penalty`:
+    above 1 that lowers it (log-probabilities are at most 0), as Hugging Face's beam search does.
+    The row's score takes the lowered value."""
+
+    penalty: float
+    context: int = ALL
+
+    def __call__(self, log_probs: Tensor, step: Step) -> Tensor:
+        if step.history is None or step.history.size(1) == 0:
+            return log_probs
+        seen = torch.zeros_like(log_probs, dtype=torch.bool).scatter_(1, step.history, True)
+        return torch.where(seen, log_probs * self.penalty, log_probs)
+
+    def to_columns(self, ids: Tensor) -> RepetitionPenalty:
         return self  # it compares the row's own pieces: columns as well as ids
 
 
@@ -222,6 +243,8 @@ class StepRules:
         """The rules every batch of a job shares, built once: those of its settings and its
         banned phrases (`for_batch` adds each batch's own)."""
         rules: list[Rule] = []
+        if job.decode.repetition_penalty != 1.0:
+            rules.append(RepetitionPenalty(job.decode.repetition_penalty))
         if job.decode.no_repeat_ngram:
             rules.append(NoRepeatNgram(job.decode.no_repeat_ngram))
         banned = Banned.build(job.banned, device)

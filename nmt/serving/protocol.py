@@ -26,8 +26,8 @@ REQUEST_KEYS = (
 # what a request may change; batch_size, max_len_cap and max_src_pieces are the server's limits
 DECODE_KEYS = (
     "strategy", "beam_size", "n_best", "length_penalty", "alpha", "min_len_a", "min_len_b",
-    "max_len_a", "max_len_b", "no_repeat_ngram", "temperature", "top_k", "top_p", "seed",
-    "prefix",
+    "max_len_a", "max_len_b", "no_repeat_ngram", "repetition_penalty", "temperature", "top_k",
+    "top_p", "seed", "prefix",
 )  # fmt: skip
 DECODE_CHOICES = {"strategy": Strategy, "length_penalty": LengthPenalty}
 MAX_BANNED = 64  # banned phrases in one request (each may have many spellings in pieces)
@@ -47,6 +47,7 @@ DECODE_RANGES = {
     "max_len_a": (-1000, 1000),
     "max_len_b": (-1_000_000, 1_000_000),
     "no_repeat_ngram": (0, 1000),
+    "repetition_penalty": (0.01, 100),
     "temperature": (0.001, 1000),
     "top_k": (0, 2**31 - 1),
     "top_p": (0.000001, 1),
