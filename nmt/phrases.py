@@ -12,7 +12,6 @@ written out, so a long phrase costs what its characters cost, never what its spe
 from __future__ import annotations
 
 import logging
-import math
 import unicodedata
 
 from nmt.errors import NMTError
@@ -21,29 +20,36 @@ from nmt.tokenizer import UNK, Vocab
 
 log = logging.getLogger(__name__)
 
-# the most piece sequences one banned phrase is blocked as (see `banned_forms`)
+# the most piece sequences one banned phrase is blocked as (see `banned_forms`), and the most
+# pieces they hold together: a phrase of many pieces is blocked in fewer spellings
 MAX_BANNED_FORMS = 256
+MAX_SPELLED_PIECES = 16_384
 # marks that attach to the word before them: a constraint starting with one is matched without
 # the word start "▁" (with the Unicode classes of closing brackets and final quotes)
 ATTACHED = set(".,;:!?%'’”»…-")
 
 
-def banned_forms(vocab: Vocab, phrases: list[str], limit: int) -> list[list[list[int]]]:
+def banned_forms(
+    vocab: Vocab, phrases: list[str], limit: int, reach: int | None = None
+) -> list[list[list[int]]]:
     """For each of `phrases`, the target piece sequences that banning it blocks (each a list of
-    ids; [] for a phrase the vocabulary cannot write).
+    ids; [] for a phrase the vocabulary cannot write, or that no translation here can reach).
 
     A phrase (whitespace collapsed, as every text) is blocked wherever it starts a word: at the
     start of the translation or after a space, where sentencepiece writes it with its leading
     "▁" ("sleeps" -> "▁sleeps"; "a dog" -> "▁a▁dog"). Every way to write that string with
     pieces of the vocabulary is blocked, not only the one sentencepiece would choose (a model may
-    produce "▁s" "leeps" as well as "▁sleeps"), up to MAX_BANNED_FORMS sequences per phrase (the
-    ones with the fewest pieces, with a warning). So the phrase is blocked also where it starts
-    a longer word whose pieces end where it ends ("sleeps" in "▁sleeps" "y").
+    produce "▁s" "leeps" as well as "▁sleeps"), up to MAX_BANNED_FORMS sequences per phrase and
+    MAX_SPELLED_PIECES pieces in all (the ones with the fewest pieces, with a warning). So the
+    phrase is blocked also where it starts a longer word whose pieces end where it ends ("sleeps"
+    in "▁sleeps" "y").
     Not blocked: the phrase inside a word or after anything but a space (a quote mark, a
     hyphen), its other casings ("Sleeps"), and pieces that cross its last character ("▁sleep"
     "sy"). A phrase the vocabulary cannot write (a character it lacks) cannot appear, and is
-    skipped with a warning. An NMTError names a blank phrase, and one that needs more pieces than
-    `limit` (the longest translation the search may write: it could never appear)."""
+    skipped with a warning. An NMTError names a blank phrase, and one whose fewest pieces are
+    more than `limit` (decode.max_len_cap: no translation could hold it). Spellings of more than
+    `reach` pieces (the longest translation of the texts at hand) are left out: they could never
+    be completed, so blocking them would only cost time."""
     out = []
     for phrase in phrases:
         text = clean(phrase) if isinstance(phrase, str) else ""
@@ -52,22 +58,22 @@ def banned_forms(vocab: Vocab, phrases: list[str], limit: int) -> list[list[list
         written = "".join(vocab.sp.Encode(text, out_type=str))  # normalized, "▁" at word starts
         if not written.startswith("▁"):  # no dummy prefix in this tokenizer: the word form
             written = "▁" + written
-        fewest = math.ceil(len(written) / vocab.longest_piece)
-        if fewest > limit:  # refused before any spelling is tried: the work stays bounded
-            raise NMTError(_too_long(phrase, fewest, limit))
-        forms, more = _segmentations(vocab, written)
-        if forms and len(forms[0]) > limit:
-            raise NMTError(_too_long(phrase, len(forms[0]), limit))
-        if not forms:
+        ways = _Spellings(vocab, written, MAX_BANNED_FORMS)
+        if ways.fewest is None:
             log.warning(
                 "the banned phrase %r cannot be written by the model: skipped", _shown(text)
             )
-        if more:
+            out.append([])
+            continue
+        if ways.fewest > limit:
+            raise NMTError(_too_long(phrase, ways.fewest, limit))
+        most = min(MAX_BANNED_FORMS, max(1, MAX_SPELLED_PIECES // ways.fewest))
+        if ways.count > most:
             log.warning(
                 "the banned phrase %r has more than %d spellings in pieces: only the %d with the "
-                "fewest pieces are blocked", _shown(text), MAX_BANNED_FORMS, MAX_BANNED_FORMS,
+                "fewest pieces are blocked", _shown(text), most, most,
             )  # fmt: skip
-        out.append(forms)
+        out.append(ways.first(limit if reach is None else reach, most))
     return out
 
 
@@ -104,7 +110,7 @@ def constraint_ids(vocab: Vocab, phrase: str, where: str = "") -> list[int]:
         if written[0] == "▁":
             ids, written = ids[1:], written[1:]
         else:
-            spelled, _ = _segmentations(vocab, "".join(written)[1:], 1)
+            spelled = _Spellings(vocab, "".join(written)[1:], 1).first()
             if spelled:
                 ids = spelled[0]
                 written = vocab.id_to_piece(ids)
@@ -119,63 +125,75 @@ def constraint_ids(vocab: Vocab, phrase: str, where: str = "") -> list[int]:
     return ids
 
 
-def _segmentations(
-    vocab: Vocab, written: str, most: int = MAX_BANNED_FORMS
-) -> tuple[list[list[int]], bool]:
-    """Sequences of the vocabulary's pieces (specials excluded) that spell `written`, at most
-    `most` of them: the fewest pieces first, and of equal counts, the one whose first piece ends
-    earliest first (then its second...); and whether there were more than `most`.
+class _Spellings:
+    """The sequences of the vocabulary's pieces (specials excluded) that spell `written`, in
+    order: the fewest pieces first, and of equal counts, the one whose first piece ends earliest
+    first (then its second...). At most `most` of them are ever written out.
 
-    counts[i] says, per number of pieces, how many ways spell written[i:] (capped: only the
-    counts of the most + 1 ways with the fewest pieces are kept, which is all that the first
-    ways of any longer string can use), so each way written out is found without a dead end,
-    and a way costs its length to write out."""
-    size = len(written)
-    pieces, longest = vocab.piece_ids, vocab.longest_piece
-    # ends[i]: (end, id) of every piece that starts at character i, ends ascending
-    ends: list[list[tuple[int, int]]] = [[] for _ in range(size)]
-    for i in range(size):
-        for j in range(i + 1, min(size, i + longest) + 1):
-            piece = pieces.get(written[i:j])
-            if piece is not None:
-                ends[i].append((j, piece))
-    cap = most + 1
-    counts: list[dict[int, int]] = [{} for _ in range(size)] + [{0: 1}]
-    for i in range(size - 1, -1, -1):
-        merged: dict[int, int] = {}
-        for j, _ in ends[i]:
-            for n, ways in counts[j].items():
-                merged[n + 1] = merged.get(n + 1, 0) + ways
-        kept, total = {}, 0
-        for n in sorted(merged):
-            kept[n] = min(merged[n], cap - total)
-            total += kept[n]
-            if total >= cap:
-                break
-        counts[i] = kept
-    out: list[list[int]] = []
-    for n in sorted(counts[0]):
-        # depth first, ends ascending: (place, pieces left, the way so far as a linked list
-        # (piece, rest) read backwards, next edge to try)
-        stack: list[tuple[int, int, tuple | None, int]] = [(0, n, None, 0)]
-        while stack and len(out) < most:
-            i, left, way, edge = stack.pop()
-            if i == size:
-                ids = []
-                while way is not None:
-                    ids.append(way[0])
-                    way = way[1]
-                out.append(ids[::-1])
-                continue
-            for k in range(edge, len(ends[i])):
-                j, piece = ends[i][k]
-                if counts[j].get(left - 1, 0):
-                    stack.append((i, left, way, k + 1))  # come back for the later edges
-                    stack.append((j, left - 1, (piece, way), 0))
+    Counting them is linear in the characters: each place tries only the pieces that fit in the
+    vocabulary's longest piece, and counts[i] says, per number of pieces, how many ways spell
+    written[i:], capped (only the counts of the most + 1 ways with the fewest pieces are kept,
+    which is all that the first ways of any longer string can use). A way is then written out
+    without a dead end, for the cost of its length."""
+
+    def __init__(self, vocab: Vocab, written: str, most: int) -> None:
+        size, self.most = len(written), most
+        pieces, longest = vocab.piece_ids, vocab.longest_piece
+        # ends[i]: (end, id) of every piece that starts at character i, ends ascending
+        self.ends: list[list[tuple[int, int]]] = [[] for _ in range(size)]
+        for i in range(size):
+            for j in range(i + 1, min(size, i + longest) + 1):
+                piece = pieces.get(written[i:j])
+                if piece is not None:
+                    self.ends[i].append((j, piece))
+        cap = most + 1
+        counts: list[dict[int, int]] = [{} for _ in range(size)] + [{0: 1}]
+        for i in range(size - 1, -1, -1):
+            merged: dict[int, int] = {}
+            for j, _ in self.ends[i]:
+                for n, ways in counts[j].items():
+                    merged[n + 1] = merged.get(n + 1, 0) + ways
+            kept, total = {}, 0
+            for n in sorted(merged):
+                kept[n] = min(merged[n], cap - total)
+                total += kept[n]
+                if total >= cap:
                     break
-        if len(out) >= most:
-            break
-    return out, sum(counts[0].values()) > most
+            counts[i] = kept
+        self.counts = counts
+        self.fewest = min(counts[0], default=None)  # None: no way at all
+        self.count = sum(counts[0].values())  # the ways counted: at most most + 1
+
+    def first(self, longest: int | None = None, most: int | None = None) -> list[list[int]]:
+        """The first `most` ways (at most the constructor's), of at most `longest` pieces each
+        (None: any number)."""
+        most = self.most if most is None else min(most, self.most)
+        out: list[list[int]] = []
+        size = len(self.ends)
+        for n in sorted(self.counts[0]):
+            if longest is not None and n > longest:
+                break
+            # depth first, ends ascending: (place, pieces left, the way so far as a linked
+            # list (piece, rest) read backwards, next edge to try)
+            stack: list[tuple[int, int, tuple | None, int]] = [(0, n, None, 0)]
+            while stack and len(out) < most:
+                i, left, way, edge = stack.pop()
+                if i == size:
+                    ids = []
+                    while way is not None:
+                        ids.append(way[0])
+                        way = way[1]
+                    out.append(ids[::-1])
+                    continue
+                for k in range(edge, len(self.ends[i])):
+                    j, piece = self.ends[i][k]
+                    if self.counts[j].get(left - 1, 0):
+                        stack.append((i, left, way, k + 1))  # come back for the later edges
+                        stack.append((j, left - 1, (piece, way), 0))
+                        break
+            if len(out) >= most:
+                break
+        return out
 
 
 # --- phrases in a sequence of pieces --------------------------------------------------------
@@ -210,13 +228,17 @@ def jumps(phrase: list[int]) -> list[list[int]]:
         if phrase[s] == phrase[k]:
             k += 1
         border[s + 1] = k
-    table = [[0] * n for _ in range(n)]
+    places: dict[int, list[int]] = {}  # each piece's places in the phrase
+    for j, piece in enumerate(phrase):
+        places.setdefault(piece, []).append(j)
+    table: list[list[int]] = []
     for s in range(n):
-        for j, piece in enumerate(phrase):
-            if phrase[s] == piece:
-                table[s][j] = s + 1
-            elif s:
-                table[s][j] = table[border[s]][j]  # border[s] < s: already filled in
+        # a piece that continues the phrase moves on; any other goes where it goes from the
+        # longest border (border[s] < s: its row is built), a whole row copied at once
+        row = list(table[border[s]]) if s else [0] * n
+        for j in places[phrase[s]]:
+            row[j] = s + 1
+        table.append(row)
     return table
 
 

@@ -35,14 +35,17 @@ here too, without torch.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Hashable
 from dataclasses import dataclass, field, replace
 
 from nmt.config import NEED_BEAM, DecodeConfig, Strategy
 from nmt.errors import NMTError
 from nmt.inputs import prefix_ids, read_sources
-from nmt.phrases import banned_forms, constraint_ids, holds, problem
+from nmt.phrases import banned_forms, constraint_ids, problem
 from nmt.tokenizer import Vocabs
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -151,23 +154,73 @@ def prepare(request: Request, vocabs: Vocabs, tag: list[int], warn: bool = True)
         sources.ids = [tag + ids for ids in sources.ids]
     prefixes = [s.prefix for s in segments]
     forced = prefix_ids(vocabs.tgt, prefixes, sources, settings, first, noun)
-    # one limit for every text: a phrase no translation could hold, whatever its source
-    forms = banned_forms(vocabs.tgt, request.banned_phrases, settings.max_len_cap)
+    # refused by one limit for every text (a phrase no translation could hold, whatever its
+    # source); spelled only as far as these texts' translations reach
+    reach = max((settings.max_len(len(ids)) for ids in sources.ids), default=0)
+    forms = banned_forms(vocabs.tgt, request.banned_phrases, settings.max_len_cap, reach)
+    inside = _BannedInside(request.banned_phrases, forms)
     texts = [PreparedText(segment, [], [], []) for segment in segments]
     for k, i in enumerate(sources.index):
         where = f"{noun} {first + i}: "
         phrases = segments[i].constraints
         required = [constraint_ids(vocabs.tgt, phrase, where) for phrase in phrases]
         for phrase, pieces in zip(phrases, required):
-            for word, spellings in zip(request.banned_phrases, forms):
-                if any(holds(pieces, form) for form in spellings):
-                    raise NMTError(
-                        f"{where}the constraint {phrase!r} contains the banned phrase {word!r}: "
-                        "no translation could hold it"
-                    )
+            word = inside.find(pieces)
+            if word is not None:
+                raise NMTError(
+                    f"{where}the constraint {phrase!r} contains the banned phrase {word!r}: no "
+                    "translation could hold it"
+                )
         why = required and problem(required, forced[k], settings.max_len(len(sources.ids[k])))
         if why:
             raise NMTError(where + why)
         texts[i] = PreparedText(segments[i], sources.ids[k], forced[k], required)
+    _warn_crowded(texts, settings, first, noun)
     banned = [form for spellings in forms for form in spellings]
     return Prepared(texts, settings, banned, request.attention, request.tree, first, noun)
+
+
+def _warn_crowded(texts: list[PreparedText], settings: DecodeConfig, first: int, noun: str):
+    """Warn, naming the texts, where constraints have more banks of progress than the beam has
+    places. Beam search ranks a text's hypotheses in banks by the constraint pieces they hold, 0
+    to all of them (`nmt.search.positive`), and keeps the best of each bank, highest first: with
+    fewer places than banks, the lowest banks get none at a step where all are full. Every
+    translation still holds every constraint; a search that could have gone through a low bank
+    may find a worse one. Warned rather than refused or widened: the beam is the user's
+    setting, and its cost is what the server bounds."""
+    crowded = []
+    for k, text in enumerate(texts):
+        pieces = sum(len(p) for p in dict.fromkeys(map(tuple, text.constraints)))
+        if text.constraints and pieces + 1 > settings.beam_size:
+            crowded.append((first + k, pieces))
+    if crowded:
+        shown = ", ".join(f"{noun} {n} ({p + 1} banks)" for n, p in crowded[:10])
+        log.warning(
+            "%s%s: more banks of constraint progress than decode.beam_size=%d places in the "
+            "beam, so a bank may go without one: every translation still holds its constraints, "
+            "but a beam of one more than a text's constraint pieces would search them all",
+            shown, " ..." if len(crowded) > 10 else "", settings.beam_size,
+        )  # fmt: skip
+
+
+class _BannedInside:
+    """Which banned phrase a sequence of pieces holds: each spelling by its number of pieces, so
+    a constraint of n pieces costs one set lookup per place and spelling length."""
+
+    def __init__(self, phrases: list[str], forms: list[list[list[int]]]) -> None:
+        self.phrases = phrases
+        self.by_length: dict[int, dict[tuple[int, ...], int]] = {}  # n -> spelling -> phrase
+        for k, spellings in enumerate(forms):
+            for form in spellings:
+                self.by_length.setdefault(len(form), {}).setdefault(tuple(form), k)
+
+    def find(self, pieces: list[int]) -> str | None:
+        """The first banned phrase (in their order) with a spelling that `pieces` holds,
+        contiguous; None if none."""
+        found = [
+            spelled[window]
+            for n, spelled in self.by_length.items()
+            for window in (tuple(pieces[i : i + n]) for i in range(len(pieces) - n + 1))
+            if window in spelled
+        ]
+        return self.phrases[min(found)] if found else None

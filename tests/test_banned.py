@@ -25,7 +25,7 @@ from test_search import (
 
 from nmt.config import DecodeConfig, Strategy
 from nmt.errors import NMTError
-from nmt.phrases import banned_forms
+from nmt.phrases import MAX_SPELLED_PIECES, banned_forms
 from nmt.request import Request
 from nmt.search import Banned, SearchJob, beam_search, decode_all, greedy, sample, search_all
 from nmt.tokenizer import EOS
@@ -297,6 +297,52 @@ def test_a_phrase_is_blocked_in_every_spelling_with_its_word_start(train_small):
     assert len(spelled) == len(forms) >= 2
     assert all("".join(s) == "▁houses" for s in spelled)
     assert all(len(a) <= len(b) for a, b in zip(forms, forms[1:]))  # fewest pieces first
+
+
+class CountingPieces(dict):
+    """A vocabulary's piece table that counts the look-ups made in it."""
+
+    calls = 0
+
+    def get(self, key, default=None):
+        self.calls += 1
+        return super().get(key, default)
+
+
+def test_spelling_a_long_phrase_costs_its_characters_not_its_spellings(train_small):
+    """Each place is read only as far as the vocabulary's longest piece, and a phrase of many
+    pieces is written out in fewer spellings (MAX_SPELLED_PIECES in all): 4,000 characters,
+    with more spellings than could ever be listed, cost a few thousand look-ups."""
+    vocab = Translator.from_checkpoint(train_small("gru"), device="cpu").vocabs.tgt
+    lookups = CountingPieces(vocab.piece_ids)
+    vocab.__dict__["piece_ids"] = lookups  # the cached table, counted
+    phrase = " ".join(["houses", "trees", "the"] * 300)
+    (forms,) = banned_forms(vocab, [phrase], 10**6)
+    assert lookups.calls <= (len(phrase) + 1) * vocab.longest_piece
+    assert 1 <= len(forms) <= max(1, MAX_SPELLED_PIECES // len(forms[0]))
+    assert all(vocab.decode([f])[0] == phrase for f in forms)
+    assert all(len(a) <= len(b) for a, b in zip(forms, forms[1:]))
+
+
+def test_spellings_past_the_length_limit_are_refused_or_left_out(train_small):
+    """A phrase whose fewest pieces are more than decode.max_len_cap could never appear: an
+    error; spellings longer than the texts' translations can be are left out (they could never
+    be completed), so a request of short texts carries none of a long phrase's."""
+    translator = Translator.from_checkpoint(train_small("gru"), device="cpu")
+    vocab = translator.vocabs.tgt
+    (every,) = banned_forms(vocab, ["houses are here"], 512)
+    fewest = len(every[0])
+    (short,) = banned_forms(vocab, ["houses are here"], 512, reach=fewest)
+    assert short == [f for f in every if len(f) <= fewest] and short
+    assert banned_forms(vocab, ["houses are here"], 512, reach=fewest - 1) == [[]]
+    with pytest.raises(NMTError, match=rf"needs at least {fewest} pieces, and no translation"):
+        banned_forms(vocab, ["houses are here"], fewest - 1)
+    long = "houses " * 40  # about 80 pieces: beyond a two-word text's limit of 13
+    prepared = translator.prepare(Request(["Ein Haus."], translator.decode, banned=[long]))
+    assert prepared.banned == []
+    with pytest.raises(NMTError, match="decode.max_len_cap=20: it could never appear"):
+        decode = replace(translator.decode, max_len_cap=20)
+        translator.prepare(Request(["Ein Haus."], decode, banned=[long]))
 
 
 # ---- the exported runtimes refuse them ----

@@ -467,6 +467,10 @@ def test_unmeetable_constraints_are_clear_errors_naming_the_text(translator):
         check(texts, [["old birds"], [], []], banned=["birds"])
     with pytest.raises(NMTError, match=r"text 2: .* contains the banned phrase 'old'"):
         check(texts, [[], ["old birds"], []], decode=replace(translator.decode, banned=["old"]))
+    # a mark that attaches to the word before it is spelled again without the word start: as
+    # long as the text allows, and a longer one is refused as any other
+    with pytest.raises(NMTError, match=r"text 1: the constraints need \d+ pieces, .*at most"):
+        check(["Ein Hund."], [["-" + "seven" * 2000]])
     with pytest.raises(NMTError, match=r"line 5: the constraints need \d+ pieces, .*at most"):
         translator.translate(["", "a", "", "b", "Ein Hund."],
                              constraints=[[], [], [], [], ["seven " * 40]])  # fmt: skip
@@ -491,6 +495,28 @@ def test_unmeetable_constraints_are_clear_errors_naming_the_text(translator):
         translator.translate(texts, decode=DecodeConfig(), constraints=[["birds"], [], []])
     with pytest.raises(NMTError, match=r"decode.constraints=\['birds'\]: constraints need decode"):
         DecodeConfig(constraints=["birds"])  # greedy: refused where the config is made
+
+
+def test_more_banks_than_beam_places_is_a_warning_naming_the_text(translator, caplog):
+    """Beam 4, and constraints of 5 pieces: 6 banks of progress for 4 places. The search goes on
+    (every translation still holds its constraints) and a warning names the text and its banks;
+    a text whose banks fit the beam is not named."""
+    texts = ["Ein Hund.", "Ein Haus."]
+    constraints = [["seven hundred old birds"], ["birds"]]
+    pieces = len(constraint_ids(translator.vocabs.tgt, "seven hundred old birds"))
+    assert pieces + 1 > translator.decode.beam_size >= len(
+        constraint_ids(translator.vocabs.tgt, "birds")
+    ) + 1
+    with caplog.at_level("WARNING", logger="nmt.request"):
+        out = translator.translate(texts, constraints=constraints)
+    assert starts_word(out[0], "seven hundred old birds") and starts_word(out[1], "birds")
+    warned = [r.getMessage() for r in caplog.records if "banks of constraint" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].startswith(f"line 1 ({pieces + 1} banks): more banks")
+    assert "line 2" not in warned[0]
+    caplog.clear()
+    wide = replace(translator.decode, beam_size=pieces + 1, n_best=1)
+    translator.translate(texts, decode=wide, constraints=constraints)
+    assert not [r for r in caplog.records if "banks of constraint" in r.getMessage()]
 
 
 # ---- the exported runtimes refuse them ----

@@ -30,10 +30,11 @@ from nmt.cli import main as cli
 from nmt.config import DecodeConfig, Strategy, TransformerConfig
 from nmt.errors import NMTError
 from nmt.models import build_model
+from nmt.request import Request
 from nmt.run_config import ServeRunConfig
 from nmt.serving import protocol
 from nmt.serving.app import create_app, load_app
-from nmt.serving.protocol import describe_model, request_decode
+from nmt.serving.protocol import check_request, describe_model, request_decode
 from nmt.translate import Translator
 
 TINY = [
@@ -527,6 +528,69 @@ def test_banned_phrases_of_a_request_never_appear_and_bad_ones_are_422(client, t
     for bad in ([" "], "word", [1]):
         answer = client.post("/translate", json={"text": texts[0], "banned": bad})
         assert answer.status_code == 422 and "banned" in answer.json()["error"], answer.json()
+
+
+def test_banned_and_constraint_characters_count_toward_max_chars(client):
+    """max_chars=300 here: a short text with 400 characters of banned phrases, or of
+    constraints, is over it, where the text alone is not."""
+    text = "Ein Hund."
+    assert post(client, {"text": text, "banned": ["dog " * 5]})["translations"]
+    for extra in ({"banned": ["dog " * 100]}, {"constraints": ["dog " * 100]},
+                  {"banned": ["a"] * 64, "constraints": ["dog " * 70]}):  # fmt: skip
+        answer = client.post("/translate", json={"text": text, **extra})
+        assert answer.status_code == 413, answer.text
+        assert "characters: this server takes at most 300" in answer.json()["error"]
+
+
+def test_the_cost_counts_what_banned_phrases_and_constraints_add_to_each_step(ckpt):
+    """A request that fits max_request_cost plain is refused with a 413 once its banned phrases
+    add their work to every step (scripts/bench_request_cost.py measures what they add), and a
+    text's constraints add to its own cost."""
+    texts = ["Ich sehe einundzwanzig rote Äpfel.", "Er zählt zwölf Katzen."]
+    translator = Translator.from_checkpoint(ckpt, BEAM, device="cpu")
+    plain, plain_costs = check_request(translator, Request(texts, BEAM), 10**9)
+    banned = [
+        "the " * 3 + w for w in ["apples", "cats", "red", "see", "counts", "twelve", "six", "eight"]
+    ]
+    _, banned_costs = check_request(translator, Request(texts, BEAM, banned=banned), 10**9)
+    assert all(b > p for b, p in zip(banned_costs, plain_costs))
+    _, constrained = check_request(translator, Request(texts, BEAM, constraints=[["cats"], []]),
+                                   10**9)  # fmt: skip
+    assert constrained[0] > plain_costs[0] and constrained[1] == plain_costs[1]
+    limit = sum(plain_costs)
+    with TestClient(load_app(serve_config(ckpt, max_chars=10**5, max_request_cost=limit))) as c:
+        assert post(c, {"texts": texts})["translations"]
+        answer = c.post("/translate", json={"texts": texts, "banned": banned})
+        assert answer.status_code == 413, answer.text
+        assert "what its constraints and banned phrases add to each step" in answer.json()["error"]
+
+
+def test_health_is_answered_while_a_request_is_checked(ckpt, monkeypatch):
+    """Tokenizing and checking a request (up to a second for the largest banned lists the limits
+    allow) runs off the event loop: /health answers at once while a check takes 1.5 s."""
+    real = Translator.prepare
+
+    def slow(self, request, warn=True):
+        time.sleep(1.5)
+        return real(self, request, warn)
+
+    monkeypatch.setattr(Translator, "prepare", slow)
+    app = load_app(serve_config(ckpt))
+
+    async def main():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://serve") as c:
+            heavy = asyncio.create_task(c.post("/translate", json={"text": SENTENCES[0]}))
+            await asyncio.sleep(0.2)  # the check is under way
+            start = time.perf_counter()
+            health = await c.get("/health")
+            waited = time.perf_counter() - start
+            assert not heavy.done()
+            return health.status_code, waited, (await heavy).status_code
+
+    status, waited, heavy_status = asyncio.run(main())
+    assert (status, heavy_status) == (200, 200)
+    assert waited < 0.5  # on the event loop, /health would wait for the check: 1.3 s or more
 
 
 def test_score_answers_what_the_translator_scores(client, translator):

@@ -32,11 +32,13 @@ DECODE_KEYS = (
 DECODE_CHOICES = {"strategy": Strategy, "length_penalty": LengthPenalty}
 MAX_BANNED = 64  # banned phrases in one request (each may have many spellings in pieces)
 MAX_CONSTRAINTS = 16  # phrases one translation must contain (each widens the search's candidates)
-# what a step's extra work is counted as (`step_weight`): about one plain step for each this many
-# constraint pieces, pieces of banned spellings, distinct lengths of banned spellings
-CONSTRAINT_PIECES = 8
-BANNED_PIECES = 4096
-BANNED_LENGTHS = 32
+# what a step's extra work is counted as (`step_weight`), in plain steps: any constraint, then
+# one more plain step for each this many constraint pieces, pieces of banned spellings, distinct
+# lengths of banned spellings (scripts/bench_request_cost.py, docs/serve.md)
+CONSTRAINED = 0.25
+CONSTRAINT_PIECES = 50
+BANNED_PIECES = 30_000
+BANNED_LENGTHS = 30
 DECODE_STRINGS = ("prefix",)
 # the values a request may give: wide enough for any sensible use, narrow enough that no
 # arithmetic in search overflows (beam_size and n_best: 1..max_beam, a setting of the server)
@@ -285,18 +287,16 @@ def text_cost(decode: DecodeConfig, src_pieces: int, extras: bool, weight: float
 
 def step_weight(prepared: Prepared, text: PreparedText) -> float:
     """What one step of a text's search costs, in plain steps: 1, and the work its constraints
-    and the request's banned phrases add to every step of it (measured, docs/serve.md: each
-    CONSTRAINT_PIECES constraint pieces, each BANNED_PIECES pieces of banned spellings and each
-    BANNED_LENGTHS distinct spelling lengths cost about one plain step more)."""
-    constraint_pieces = sum(len(c) for c in text.constraints)
-    banned_pieces = sum(len(form) for form in prepared.banned)
-    lengths = len({len(form) for form in prepared.banned})
-    return (
-        1.0
-        + constraint_pieces / CONSTRAINT_PIECES
-        + banned_pieces / BANNED_PIECES
-        + lengths / BANNED_LENGTHS
-    )
+    and the request's banned phrases add to every step of it (measured: docs/serve.md). Any
+    constraint adds CONSTRAINED, and each CONSTRAINT_PIECES of its pieces one more plain step;
+    each BANNED_PIECES pieces of banned spellings that fit in the text's translation (a longer
+    one is never compared) and each BANNED_LENGTHS distinct lengths of them, one more."""
+    limit = prepared.settings.max_len(len(text.src))
+    reachable = [len(form) for form in prepared.banned if len(form) <= limit]
+    weight = 1.0 + sum(reachable) / BANNED_PIECES + len(set(reachable)) / BANNED_LENGTHS
+    if text.constraints:
+        weight += CONSTRAINED + sum(len(c) for c in text.constraints) / CONSTRAINT_PIECES
+    return weight
 
 
 def check_request(
