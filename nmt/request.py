@@ -106,7 +106,8 @@ class Request:
             for text, prefix, phrases in zip(self.texts, prefixes, constraints)
         ]
         self.banned_phrases = [*decode.banned, *banned]
-        self.settings = replace(decode, prefix="", banned=[], constraints=[])
+        content = decode.prefix or decode.banned or decode.constraints
+        self.settings = replace(decode, prefix="", banned=[], constraints=[]) if content else decode
 
 
 @dataclass(frozen=True)

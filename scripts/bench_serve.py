@@ -21,6 +21,14 @@ tokenizer; a server without that limit gets the default max_len_b). Once the hea
 first decode has started, one client sends the light request again and again until the heavy
 one is answered.
 
+`phrases` measures what a request's phrases cost the server and whether they hold its event
+loop: the largest banned list the limits allow (64 phrases of running text filling `max_chars`
+beside a text of about 1,500 characters), 64 one-word phrases, the largest constraint lists (16
+phrases filling `max_chars`; 16 words), and odd phrases (marks, a 2,000-character run of one
+letter, characters the vocabulary lacks, whitespace inside), each sent alone while /health is
+polled every 10 ms: each request's status, error and time, and /health's median and longest
+answer meanwhile.
+
 The clients share the machine with the server: on a small machine they take part of its CPU.
 Linux only (reads /proc/PID/status).
 """
@@ -317,6 +325,76 @@ def run_heavy(args: argparse.Namespace, sentences: list[str]) -> dict:
         }
 
 
+def phrase_requests(info: dict, sentences: list[str]) -> dict[str, dict]:
+    """The largest banned and constraint lists the server's limits allow, and odd phrases (see
+    the module's notes), each with the longest text that leaves the phrases room."""
+    limits = info["limits"]
+    text = ""
+    for sentence in sentences:  # about 1,500 characters: a length limit near max_len_cap
+        if len(text) + len(sentence) > min(1500, limits["max_chars"] // 10):
+            break
+        text = f"{text} {sentence}".strip()
+    words = " ".join(sentences).split()
+    room = limits["max_chars"] - len(text)
+
+    def filled(count: int) -> list[str]:
+        """`count` phrases of running text, their characters together filling the room."""
+        each = room // count
+        stream = " ".join(words[i % len(words)] for i in range(each * count // 3 + count))
+        return [stream[k * each : (k + 1) * each].strip() or "x" for k in range(count)]
+
+    return {
+        "banned 64 filling max_chars": {"text": text, "banned": filled(64)},
+        "banned 64 words": {"text": text, "banned": words[:64]},
+        "constraints 16 filling max_chars": {
+            "text": text, "constraints": filled(16),
+            "decode": {"strategy": "beam", "max_len_b": 1_000_000},
+        },
+        "constraints 16 words": {"text": text, "constraints": words[:16]},
+        "odd phrases": {
+            "text": text,
+            "banned": ["-", "…", ",,,,", "a" * 2000, "日本語 🙂 ÿ", " \t x \u00a0 y "],
+            "constraints": ["-based", "'s", ")"],
+        },
+    }  # fmt: skip
+
+
+async def while_polled(url: str, requests: dict[str, dict]) -> dict:
+    """Each request in turn while /health is polled every 10 ms: its status, time and error, and
+    how long /health took to answer meanwhile."""
+    out = {}
+    async with httpx.AsyncClient(base_url=url, timeout=600) as http:
+        for name, body in requests.items():
+            health: list[float] = []
+            began = time.perf_counter()
+            task = asyncio.ensure_future(http.post("/translate", json=body))
+            while not task.done():
+                start = time.perf_counter()
+                assert (await http.get("/health")).status_code == 200
+                health.append(time.perf_counter() - start)
+                await asyncio.sleep(0.01)
+            answer = await task
+            ms = sorted(round(1000 * h, 1) for h in health)
+            out[name] = {
+                "status": answer.status_code,
+                "error": answer.json().get("error", "")[:160] if answer.status_code != 200 else "",
+                "seconds": round(time.perf_counter() - began, 2),
+                "chars": sum(len(p) for k in ("banned", "constraints") for p in body.get(k, [])),
+                "health_polls": len(ms),
+                "health_ms_median": statistics.median(ms) if ms else None,
+                "health_ms_max": ms[-1] if ms else None,
+            }
+            print(name, out[name], file=sys.stderr, flush=True)
+    return out
+
+
+def run_phrases(args: argparse.Namespace, sentences: list[str]) -> dict:
+    with Server(args.ckpt, [f"device={args.device}"]) as server:
+        info = httpx.get(server.url + "info", timeout=30).json()
+        result = asyncio.run(while_polled(server.url, phrase_requests(info, sentences)))
+        return {"limits": info["limits"], "requests": result}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("ckpt")
@@ -326,7 +404,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0, help="load per mode")
     parser.add_argument("--warmup", type=float, default=3.0, help="seconds of warm-up per mode")
     parser.add_argument("--batch-wait-ms", type=float, default=5.0, help="the batched mode's")
-    parser.add_argument("--modes", default="batched,unbatched", help="and/or heavy")
+    parser.add_argument("--modes", default="batched,unbatched", help="and/or heavy, phrases")
     parser.add_argument("--decode", choices=["server", "greedy"], default="server")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
@@ -337,6 +415,8 @@ def main() -> None:
     for mode in args.modes.split(","):
         if mode == "heavy":
             modes[mode] = run_heavy(args, sentences)
+        elif mode == "phrases":
+            modes[mode] = run_phrases(args, sentences)
         else:
             modes[mode] = run_mode(args, sentences, waits[mode])
     report = {

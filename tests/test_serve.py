@@ -566,8 +566,15 @@ def test_the_cost_counts_what_banned_phrases_and_constraints_add_to_each_step(ck
 
 
 def test_health_is_answered_while_a_request_is_checked(ckpt, monkeypatch):
-    """Tokenizing and checking a request (up to a second for the largest banned lists the limits
-    allow) runs off the event loop: /health answers at once while a check takes 1.5 s."""
+    """Tokenizing and checking a request with phrases to spell or much text (up to a second for
+    the largest banned lists the limits allow) runs off the event loop: /health answers at once
+    while a check takes 1.5 s. A light request is checked on the loop (a thread would cost more
+    than its check)."""
+    texts = [SENTENCES[0], "a" * protocol.LIGHT_CHARS]
+    assert protocol.light(Request(texts[:1], BEAM))
+    assert not protocol.light(Request(texts[:1], BEAM, banned=["dog"]))
+    assert not protocol.light(Request(texts[:1], BEAM, constraints=[["dog"]]))
+    assert not protocol.light(Request(texts, BEAM))
     real = Translator.prepare
 
     def slow(self, request, warn=True):
@@ -581,7 +588,8 @@ def test_health_is_answered_while_a_request_is_checked(ckpt, monkeypatch):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://serve") as c:
             start = time.perf_counter()
-            heavy = asyncio.create_task(c.post("/translate", json={"text": SENTENCES[0]}))
+            body = {"text": SENTENCES[0], "banned": ["houses"]}
+            heavy = asyncio.create_task(c.post("/translate", json=body))
             await asyncio.sleep(0.2)  # the check is under way (a loop it held wakes up late)
             health = await c.get("/health")
             waited = time.perf_counter() - start

@@ -10,6 +10,7 @@ import pytest
 from starlette.testclient import TestClient
 from test_serve import BEAM, post, serve_config, tiny_checkpoint
 
+import nmt.request
 from nmt.serving.app import load_app
 from nmt.translate import Translator
 
@@ -48,6 +49,25 @@ def test_constraints_for_every_text_or_one_list_each_match_the_translator(client
             for c in t["constraints"]:
                 start, end = c["chars"]
                 assert t["text"][start:end] == c["phrase"], (t["text"], c)
+
+
+def test_a_request_is_tokenized_and_its_phrases_spelled_once(client, monkeypatch):
+    """One request with a prefix, constraints and banned phrases: its sources, prefixes and
+    constraints are tokenized once and its banned phrases spelled once, on the way in; the queue
+    holds ids, and the search reads them."""
+    calls = {"read_sources": 0, "prefix_ids": 0, "banned_forms": 0, "constraint_ids": 0}
+    for name in calls:
+        real = getattr(nmt.request, name)
+
+        def counted(*args, _real=real, _name=name, **kwargs):
+            calls[_name] += 1
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(nmt.request, name, counted)
+    body = {"texts": TEXTS, "prefixes": ["He", ""], "constraints": [["cats"], ["blue", "old"]],
+            "banned": ["houses", "red"]}  # fmt: skip
+    assert post(client, body)["translations"]
+    assert calls == {"read_sources": 1, "prefix_ids": 1, "banned_forms": 1, "constraint_ids": 3}
 
 
 def test_constrained_and_free_requests_share_a_batch_and_each_gets_its_own(ckpt, translator):

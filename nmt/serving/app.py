@@ -50,6 +50,7 @@ from nmt.serving.protocol import (
     BadRequest,
     check_request,
     describe_model,
+    light,
     parse_request,
     read_body,
     target_tag,
@@ -154,11 +155,14 @@ def create_app(translator: Translator, cfg: ServeRunConfig, info: dict) -> Starl
         asked = parse_request(await read_body(request, body_limit), cfg)
         # tokenizing and checking take up to a second for the largest request the limits allow
         # (every spelling of 64 long banned phrases): off the event loop, which goes on answering.
-        # A prefix the model cannot take, or a request over max_request_cost, fails here: a bad
-        # request never fails the batch it would have joined
-        prepared, costs = await run_in_threadpool(
-            check_request, translator, asked, cfg.max_request_cost
-        )
+        # A light request is checked on it: the hand-over to a thread would cost more than its
+        # check. A prefix the model cannot take, or a request over max_request_cost, fails here:
+        # a bad request never fails the batch it would have joined
+        check = (translator, asked, cfg.max_request_cost)
+        if light(asked):
+            prepared, costs = check_request(*check)
+        else:
+            prepared, costs = await run_in_threadpool(check_request, *check)
         items = [Item(text, prepared) for text in prepared.texts]
         try:
             results = await batcher.submit(batch_key(prepared, next(counter)), items, costs)
@@ -167,7 +171,7 @@ def create_app(translator: Translator, cfg: ServeRunConfig, info: dict) -> Starl
             return JSONResponse({"error": str(full)}, status_code=503, headers=headers)
         except NMTError as err:
             raise BadRequest(422, str(err)) from None
-        settings = flatten(dataclasses.replace(asked.decode, banned=asked.banned_phrases))
+        settings = {**flatten(asked.decode), "banned": asked.banned_phrases}  # as searched
         body = b'{"translations":[' + b",".join(results) + b'],"decode":'
         return Response(body + _json(settings) + b"}", media_type="application/json")
 

@@ -299,6 +299,19 @@ def step_weight(prepared: Prepared, text: PreparedText) -> float:
     return weight
 
 
+# a request without phrases and with at most this many characters of text and prefixes is
+# checked on the event loop (in about 0.2 ms for a sentence): a thread costs more than that
+LIGHT_CHARS = 2_000
+
+
+def light(request: Request) -> bool:
+    """Whether checking `request` (`check_request`) is quick work: no banned phrases or
+    constraints to spell, and little text to tokenize."""
+    if request.banned_phrases or any(s.constraints for s in request.segments):
+        return False
+    return sum(len(s.text) + len(s.prefix) for s in request.segments) <= LIGHT_CHARS
+
+
 def check_request(
     translator: Translator, request: Request, max_cost: int
 ) -> tuple[Prepared, list[int]]:
