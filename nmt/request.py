@@ -35,9 +35,12 @@ here too, without torch.
 
 from __future__ import annotations
 
+import hashlib
 import logging
+from array import array
 from collections.abc import Hashable
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from nmt.config import NEED_BEAM, DecodeConfig, Strategy
 from nmt.errors import NMTError
@@ -132,14 +135,19 @@ class Prepared:
     first_line: int = 1
     noun: str = "line"
 
-    @property
+    @cached_property
     def key(self) -> Hashable:
         """What texts must share to be searched together: the settings and the banned ids (the
-        target tag rides in each source, so texts into other languages mix freely)."""
+        target tag rides in each source, so texts into other languages mix freely). The ids
+        enter as a digest, computed once: a server compares keys often, and the banned list of
+        a large request holds a million ids."""
         settings = tuple(
             (k, tuple(v) if isinstance(v, list) else v) for k, v in vars(self.settings).items()
         )
-        return settings, tuple(map(tuple, self.banned))
+        digest = hashlib.sha256()
+        for form in self.banned:  # a spelling at a time: no one call holds the GIL for long
+            digest.update(array("q", [len(form), *form]).tobytes())
+        return settings, digest.hexdigest()
 
 
 def prepare(request: Request, vocabs: Vocabs, tag: list[int], warn: bool = True) -> Prepared:

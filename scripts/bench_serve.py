@@ -24,10 +24,11 @@ one is answered.
 `phrases` measures what a request's phrases cost the server and whether they hold its event
 loop: the largest banned list the limits allow (64 phrases of running text filling `max_chars`
 beside a text of about 1,500 characters), 64 one-word phrases, the largest constraint lists (16
-phrases filling `max_chars`; 16 words), and odd phrases (marks, a 2,000-character run of one
-letter, characters the vocabulary lacks, whitespace inside), each sent alone while /health is
-polled every 10 ms: each request's status, error and time, and /health's median and longest
-answer meanwhile.
+phrases filling `max_chars`; 16 words), and odd phrases (marks and whitespace inside, a run of
+one letter, characters the vocabulary lacks, a phrase too long for any translation), each sent
+alone while /health is polled every 10 ms: each request's status, error and time, and /health's
+median and longest answer meanwhile. The phrases are words of `--phrases` (target-language
+lines; default: --src).
 
 The clients share the machine with the server: on a small machine they take part of its CPU.
 Linux only (reads /proc/PID/status).
@@ -325,16 +326,17 @@ def run_heavy(args: argparse.Namespace, sentences: list[str]) -> dict:
         }
 
 
-def phrase_requests(info: dict, sentences: list[str]) -> dict[str, dict]:
+def phrase_requests(info: dict, sentences: list[str], phrases: list[str]) -> dict[str, dict]:
     """The largest banned and constraint lists the server's limits allow, and odd phrases (see
-    the module's notes), each with the longest text that leaves the phrases room."""
+    the module's notes), each with the longest text that leaves the phrases room; the phrases
+    are drawn from `phrases` (target-language lines)."""
     limits = info["limits"]
     text = ""
     for sentence in sentences:  # about 1,500 characters: a length limit near max_len_cap
         if len(text) + len(sentence) > min(1500, limits["max_chars"] // 10):
             break
         text = f"{text} {sentence}".strip()
-    words = " ".join(sentences).split()
+    words = " ".join(phrases).split()
     room = limits["max_chars"] - len(text)
 
     def filled(count: int) -> list[str]:
@@ -350,12 +352,20 @@ def phrase_requests(info: dict, sentences: list[str]) -> dict[str, dict]:
             "text": text, "constraints": filled(16),
             "decode": {"strategy": "beam", "max_len_b": 1_000_000},
         },
-        "constraints 16 words": {"text": text, "constraints": words[:16]},
-        "odd phrases": {
-            "text": text,
-            "banned": ["-", "…", ",,,,", "a" * 2000, "日本語 🙂 ÿ", " \t x \u00a0 y "],
-            "constraints": ["-based", "'s", ")"],
+        "constraints 16 at the length limit": {
+            "text": text, "constraints": [" ".join(words[k * 6 : k * 6 + 6]) for k in range(16)],
+            "decode": {"strategy": "beam", "max_len_b": 1_000_000},
         },
+        "constraints 16 words": {"text": text, "constraints": words[:16]},
+        "marks and spaces": {
+            "text": text,
+            "banned": ["-", "…", ",,,,", " \t x \u00a0 y ", "' s"],
+            "constraints": ["-based", "'s", ")"],
+            "decode": {"strategy": "beam", "max_len_b": 1_000_000},
+        },
+        "a run of one letter": {"text": text, "banned": ["a" * 500]},
+        "characters the vocabulary lacks": {"text": text, "banned": ["日本語 🙂 ÿ"] * 8},
+        "a run too long for any translation": {"text": text, "banned": ["a" * 20_000]},
     }  # fmt: skip
 
 
@@ -389,9 +399,11 @@ async def while_polled(url: str, requests: dict[str, dict]) -> dict:
 
 
 def run_phrases(args: argparse.Namespace, sentences: list[str]) -> dict:
+    phrases = read_sentences(Path(args.phrases)) if args.phrases else sentences
     with Server(args.ckpt, [f"device={args.device}"]) as server:
         info = httpx.get(server.url + "info", timeout=30).json()
-        result = asyncio.run(while_polled(server.url, phrase_requests(info, sentences)))
+        requests = phrase_requests(info, sentences, phrases)
+        result = asyncio.run(while_polled(server.url, requests))
         return {"limits": info["limits"], "requests": result}
 
 
@@ -406,6 +418,7 @@ def main() -> None:
     parser.add_argument("--batch-wait-ms", type=float, default=5.0, help="the batched mode's")
     parser.add_argument("--modes", default="batched,unbatched", help="and/or heavy, phrases")
     parser.add_argument("--decode", choices=["server", "greedy"], default="server")
+    parser.add_argument("--phrases", help="phrases mode: target-language lines (default: --src)")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
 

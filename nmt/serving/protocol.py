@@ -325,6 +325,7 @@ def check_request(
         prepared = translator.prepare(request)
     except NMTError as err:
         raise BadRequest(422, str(err)) from None
+    prepared.key  # computed here, off the event loop when the request is heavy  # noqa: B018
     settings, extras = prepared.settings, prepared.tree or prepared.attention
     costs = [
         text_cost(settings, len(text.src), extras, step_weight(prepared, text)) if text.src else 0
