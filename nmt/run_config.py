@@ -125,11 +125,18 @@ class EvaluateRunConfig(CheckpointsConfig):
     # hypothesis files (one path, or a list) compared with this checkpoint's own hypotheses:
     # BLEU, chrF and TER with 95% confidence intervals and paired-bootstrap p-values
     compare: Any = None  # str | list[str] | None (OmegaConf has no union of str and list)
+    # the hypotheses are a file job (nmt/cli/file_job.py): resumable, split among torchrun's
+    # processes; as nmt-translate's
+    chunk_lines: int = 1000
+    progress: str = "auto"
     device: str = "auto"
 
     def __post_init__(self) -> None:
         _check_device(self.device)
         self.check_ckpts()
+        self.progress = _progress(self.progress)
+        if self.chunk_lines < 1:
+            raise NMTError(f"chunk_lines={self.chunk_lines} must be >= 1")
         if (self.src_file is None) != (self.ref_file is None):
             raise NMTError("give both src_file and ref_file, or neither")
         self.compare = _paths("compare", self.compare)
@@ -166,11 +173,18 @@ class TranslateRunConfig(CheckpointsConfig):
     # a model trained with target tags (data.corpora): the language to translate into, "fr";
     # null = its one target language (an error naming them when it has several)
     tgt_lang: str | None = None
+    # input=FILE output=FILE: lines per unit of work (one call of the search; what a resume after
+    # a kill may redo; what torchrun's processes share out, nmt/cli/file_job.py)
+    chunk_lines: int = 1000
+    progress: str = "auto"  # auto (when stderr is a terminal), true or false: lines, lines/s, ETA
     device: str = "auto"
 
     def __post_init__(self) -> None:
         _check_device(self.device)
         self.check_ckpts()
+        self.progress = _progress(self.progress)
+        if self.chunk_lines < 1:
+            raise NMTError(f"chunk_lines={self.chunk_lines} must be >= 1")
         self.rerank = _paths("rerank", self.rerank)
         if self.rerank_weights is not None and not self.rerank:
             raise NMTError(
@@ -257,6 +271,14 @@ class ScoreRunConfig(CheckpointsConfig):
             raise NMTError("give both src=FILE and hyp=FILE (or tsv=FILE, or TSV on stdin)")
         if self.tsv is not None and self.src is not None:
             raise NMTError("give src=FILE hyp=FILE or tsv=FILE, not both")
+
+
+def _progress(value: object) -> str:
+    """progress=auto|true|false (Hydra reads true and false as booleans: they are taken too)."""
+    text = str(value).lower()
+    if text not in ("auto", "true", "false"):
+        raise NMTError(f"progress={value!r}: expected one of auto, true, false")
+    return text
 
 
 def flatten(obj: object, prefix: str = "") -> dict:

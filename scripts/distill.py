@@ -15,6 +15,11 @@ the sources per teacher, their translations in the order given, after the refere
 --with-references. Prints one JSON object: the sentences, and per teacher its decoding, the
 seconds, and the BLEU and length ratio of its output against the training references (how far the
 student's targets are from the human ones).
+
+Each teacher's translation is a file job (`nmt.cli.file_job`): killed, the same command goes on
+from the chunks done; under torchrun the processes share out the chunks and rank 0 writes OUT:
+
+    torchrun --standalone --nproc_per_node 2 scripts/distill.py TEACHER --data DATA --out OUT
 """
 
 from __future__ import annotations
@@ -27,16 +32,43 @@ from pathlib import Path
 from sacrebleu.metrics import BLEU
 
 from nmt.checkpoint import load_checkpoint
+from nmt.cli.file_job import FileJob, model_digests, rank_device, show_progress
 from nmt.config import DecodeConfig, LengthPenalty, Strategy
 from nmt.data import read_lines
 from nmt.device import resolve_device
 from nmt.models import restore_model
+from nmt.run_config import flatten
+from nmt.training.distributed import Dist, from_environment
 from nmt.translate import Translator
 
 
 def _write(path: Path, lines: list[str]) -> None:
     path.unlink(missing_ok=True)  # may be a link to DATA, left by a run without --with-references
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+
+
+def _translated(
+    translator: Translator,
+    args: argparse.Namespace,
+    src_path: Path,
+    teacher: Path,
+    number: int,
+    where: Dist,
+) -> list[str] | None:
+    """A teacher's translation of the training sources, as a file job (`nmt.cli.file_job`):
+    resumable after a kill, split among torchrun's processes; OUT/.<train>.teacher-N.out while
+    it runs. Rank 0 returns the lines (the other processes None)."""
+    target = args.out / f".{args.train}.teacher-{number}.out"
+    settings = {"models": model_digests([str(teacher)]), "decode": flatten(translator.decode)}
+    progress = show_progress(args.progress)
+    FileJob(src_path, target, settings, args.chunk_lines, where, progress).run(
+        lambda lines, first: translator.translate(lines, first_line=first)
+    )
+    if not where.main:
+        return None
+    outputs = read_lines(target)
+    target.unlink()
+    return outputs
 
 
 def main() -> None:
@@ -54,6 +86,8 @@ def main() -> None:
         help="gnmt length penalty: one for every teacher, or one per teacher in order",
     )
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--chunk-lines", type=int, default=1000, help="lines per unit of work")
+    parser.add_argument("--progress", default="auto", choices=["auto", "true", "false"])
     parser.add_argument(
         "--with-references",
         action="store_true",
@@ -66,13 +100,15 @@ def main() -> None:
     if len(args.alpha) not in (1, len(args.teachers)):
         parser.error(f"--alpha: give 1 value or {len(args.teachers)} (one per teacher)")
     alphas = args.alpha * len(args.teachers) if len(args.alpha) == 1 else args.alpha
-    device = resolve_device(args.device)
+    where = from_environment()
+    device = resolve_device(rank_device(args.device, where))
     ckpts = [load_checkpoint(teacher) for teacher in args.teachers]
     langs = {(c.config.data.src_lang, c.config.data.tgt_lang) for c in ckpts}
     if len(langs) > 1:
         parser.error(f"the teachers translate different language pairs: {sorted(langs)}")
     ((src_lang, tgt_lang),) = langs
-    sources = read_lines(args.data / f"{args.train}.{src_lang}")
+    src_path = args.data / f"{args.train}.{src_lang}"
+    sources = read_lines(src_path)
     references = read_lines(args.data / f"{args.train}.{tgt_lang}")
 
     args.out.mkdir(parents=True, exist_ok=True)
@@ -80,7 +116,7 @@ def main() -> None:
     source = args.out / f"{args.train}.{src_lang}"
     copies = len(ckpts) + args.with_references  # of the sources, one per target set
     written = {target, source} if copies > 1 else {target}
-    for path in sorted(args.data.iterdir()):
+    for path in sorted(args.data.iterdir()) if where.main else []:
         link = args.out / path.name
         if path.is_file() and link not in written:
             link.unlink(missing_ok=True)  # a file an earlier run wrote, with other options
@@ -96,8 +132,10 @@ def main() -> None:
         )
         translator = Translator(restore_model(ckpt, device), ckpt.vocabs, device, decode=decode)
         began = time.perf_counter()
-        outputs = translator.translate(sources)
+        outputs = _translated(translator, args, src_path, Path(teacher), len(targets), where)
         seconds = time.perf_counter() - began
+        if outputs is None:
+            continue  # another process writes the results
         targets.append(outputs)
         score = BLEU().corpus_score(outputs, [references])
         report.append(
@@ -109,6 +147,8 @@ def main() -> None:
                 "length_ratio": round(score.sys_len / score.ref_len, 3),
             }
         )
+    if not where.main:
+        return
     if copies > 1:
         _write(source, sources * copies)
     _write(target, [line for lines in targets for line in lines])

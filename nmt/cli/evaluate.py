@@ -10,17 +10,21 @@ each in turn): that corpus's split, translated with its target tag, into `<split
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
 from nmt import corpora
 from nmt.attention_map import save_heatmap, save_heatmap_grid
 from nmt.checkpoint import load_checkpoint
+from nmt.cli.file_job import FileJob, model_digests, rank_device, show_progress
 from nmt.config import DataConfig
 from nmt.data import Corpus, read_lines, read_split
 from nmt.errors import NMTError
+from nmt.inputs import clean
 from nmt.metrics import Scores, compare, score
-from nmt.run_config import EvaluateRunConfig
+from nmt.run_config import EvaluateRunConfig, flatten
+from nmt.training.distributed import Dist, from_environment
 from nmt.translate import Translator
 
 
@@ -54,12 +58,15 @@ def _splits(cfg: EvaluateRunConfig, data: DataConfig) -> list[tuple[str, Corpus,
     ]
 
 
-def evaluate_main(cfg: EvaluateRunConfig) -> Scores:
+def evaluate_main(cfg: EvaluateRunConfig) -> Scores | None:
     """Score the split (each direction's, for a model of several corpora: see `_splits`); the
-    scores of the last one scored."""
+    scores of the last one scored. Under torchrun every process translates its share of each
+    split (`nmt.cli.file_job`) and rank 0 scores (the others return None)."""
+    where = from_environment()
     ckpts = [load_checkpoint(path) for path in cfg.ckpts]
     ckpt = ckpts[0]  # an ensemble's: its first member's data config, step and path are reported
-    translator = Translator.from_command(cfg, cfg.decode, cfg.device, ckpts)
+    device = rank_device(cfg.device, where)
+    translator = Translator.from_command(cfg, cfg.decode, device, ckpts)
     if cfg.src_file is not None:
         sources, references = read_lines(Path(cfg.src_file)), read_lines(Path(cfg.ref_file))
         if len(sources) != len(references):
@@ -75,7 +82,7 @@ def evaluate_main(cfg: EvaluateRunConfig) -> Scores:
         raise NMTError("compare=... compares one split's hypotheses: give direction=SRC-TGT")
     scores = None
     for name, corpus, tgt_lang in splits:
-        scores = _evaluate(cfg, ckpts, translator, name, corpus.src, corpus.tgt, tgt_lang)
+        scores = _evaluate(cfg, ckpts, translator, name, corpus, tgt_lang, where)
     return scores
 
 
@@ -84,11 +91,11 @@ def _evaluate(
     ckpts: list,
     translator: Translator,
     name: str,
-    sources: list[str],
-    references: list[str],
+    corpus: Corpus,
     tgt_lang: str | None,
-) -> Scores:
-    ckpt = ckpts[0]
+    where: Dist,
+) -> Scores | None:
+    ckpt, sources, references = ckpts[0], corpus.src, corpus.tgt
     translator.tags.ids(tgt_lang)  # a model that needs tgt_lang fails before any work
 
     # the systems to compare, checked before any decoding: a wrong file fails in a second
@@ -106,9 +113,8 @@ def _evaluate(
     out.mkdir(parents=True, exist_ok=True)
     # heatmaps first, from their own small decode: a bad attention_layer fails in seconds, and the
     # full decode need not keep attention maps (greedy and beam output does not depend on the batch)
-    for k, result in enumerate(
-        translator.translate_full(sources[: cfg.heatmaps], tgt_lang=tgt_lang)
-    ):
+    shown = sources[: cfg.heatmaps] if where.main else []
+    for k, result in enumerate(translator.translate_full(shown, tgt_lang=tgt_lang)):
         weights = result.attention(cfg.attention_layer, cfg.attention_head)
         if weights is None:
             continue
@@ -117,13 +123,14 @@ def _evaluate(
         if cfg.heatmap_grid:
             save_heatmap_grid(*pieces, result.maps, out / f"{name}.heads.{k}.png", result.text)
 
-    hypotheses = translator.translate(sources, tgt_lang=tgt_lang)
+    hypotheses = _translate(cfg, translator, out, name, sources, tgt_lang, where)
+    if hypotheses is None:
+        return None  # another process scores
     scores = score(hypotheses, references)
     comparison = None
     if others:
         comparison = compare([(f"{name}.hyp (this checkpoint)", hypotheses), *others], references)
 
-    (out / f"{name}.hyp").write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
     record = {
         "checkpoint": str(ckpt.path),
         "step": ckpt.payload["step"],
@@ -158,3 +165,31 @@ def _evaluate(
         print("\n".join(comparison.lines))
     print(f"hypotheses: {out / f'{name}.hyp'}", file=sys.stderr)
     return scores
+
+
+def _translate(
+    cfg: EvaluateRunConfig,
+    translator: Translator,
+    out: Path,
+    name: str,
+    sources: list[str],
+    tgt_lang: str | None,
+    where: Dist,
+) -> list[str] | None:
+    """The hypotheses of `sources`, written to OUT/NAME.hyp by a file job (`nmt.cli.file_job`:
+    the sources are written to OUT/NAME.src, one a line, for it to read): resumable, split among
+    torchrun's processes. Rank 0 returns them; the other processes None."""
+    source, target = out / f"{name}.src", out / f"{name}.hyp"
+    tmp = source.with_name(f".{source.name}.{os.getpid()}")
+    tmp.write_text("".join(clean(s) + "\n" for s in sources), encoding="utf-8")
+    os.replace(tmp, source)  # whole, whichever process writes it (they write the same)
+    settings = {
+        "models": model_digests(cfg.ckpts),
+        "decode": flatten(translator.decode),
+        "tgt_lang": tgt_lang,
+        "ckpt_weights": cfg.ckpt_weights,
+        "ensemble_combine": cfg.ensemble_combine.value,
+    }
+    job = FileJob(source, target, settings, cfg.chunk_lines, where, show_progress(cfg.progress))
+    job.run(lambda lines, first: translator.translate(lines, first_line=first, tgt_lang=tgt_lang))
+    return read_lines(target) if where.main else None

@@ -25,17 +25,20 @@ import queue
 import sys
 import threading
 from collections.abc import Iterable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TextIO
 
 from nmt.attention_map import format_attention, save_heatmap
 from nmt.beam_tree import BeamTree
+from nmt.cli.file_job import FileJob, model_digests, rank_device, show_progress
 from nmt.config import DecodeConfig, Strategy
 from nmt.errors import NMTError
 from nmt.phrases import constraint_ids
 from nmt.request import Request
 from nmt.rerank import Reranker
-from nmt.run_config import TranslateRunConfig
+from nmt.run_config import TranslateRunConfig, flatten
+from nmt.training.distributed import Dist, from_environment
 from nmt.translate import Translation, Translator
 
 CHUNK_LINES = 1000  # batch mode translates at most this many lines at a time
@@ -66,22 +69,47 @@ def translate_stream(
     file still gets full batches. Sampling waits for full chunks instead: its draws depend on
     how the sentences are batched, and `decode.seed` promises the same samples every run."""
     decode = decode or translator.decode
+    fmt = LineFormat(nbest_tsv, prefix_tsv, constraints_tsv, tgt_lang)
     first = 1
     wait_full = decode.strategy == Strategy.sample
     for chunk in arrivals(lines, CHUNK_LINES, wait_full):
         chunk = [line.rstrip("\n") for line in chunk]
-        request = line_request(chunk, decode, first, prefix_tsv, constraints_tsv, tgt_lang)
-        if reranker is not None:
-            ranked = [c.ranked(reranker.weights) for c in reranker.candidates(request)]
-        else:
-            ranked = [t.nbest for t in translator.run(translator.prepare(request))]
-        for n, nbest in enumerate(ranked, first):
-            if not nbest_tsv:
-                yield nbest[0][0]
-                continue
-            for rank, (text, score) in enumerate(nbest, 1):
-                yield f"{n}\t{rank}\t{score:.4f}\t{text}"
+        yield from translate_lines(translator, chunk, first, decode, fmt, reranker)
         first += len(chunk)
+
+
+@dataclass(frozen=True)
+class LineFormat:
+    """How input lines are read (TSV columns) and output lines written (n-best rows)."""
+
+    nbest_tsv: bool = False
+    prefix_tsv: bool = False
+    constraints_tsv: bool = False
+    tgt_lang: str | None = None
+
+
+def translate_lines(
+    translator: Translator,
+    lines: list[str],
+    first: int,
+    decode: DecodeConfig,
+    fmt: LineFormat,
+    reranker: Reranker | None = None,
+) -> list[str]:
+    """The output lines of some input lines (numbered from `first`), as `translate_stream`
+    writes them: one per line, or with nbest_tsv one row per hypothesis."""
+    request = line_request(lines, decode, first, fmt.prefix_tsv, fmt.constraints_tsv, fmt.tgt_lang)
+    if reranker is not None:
+        ranked = [c.ranked(reranker.weights) for c in reranker.candidates(request)]
+    else:
+        ranked = [t.nbest for t in translator.run(translator.prepare(request))]
+    if not fmt.nbest_tsv:
+        return [nbest[0][0] for nbest in ranked]
+    return [
+        f"{n}\t{rank}\t{score:.4f}\t{text}"
+        for n, nbest in enumerate(ranked, first)
+        for rank, (text, score) in enumerate(nbest, 1)
+    ]
 
 
 def line_request(
@@ -382,6 +410,7 @@ def format_tree(tree: BeamTree) -> str:
 
 
 def translate_main(cfg: TranslateRunConfig) -> None:
+    where = from_environment()
     interactive = cfg.input is None and cfg.output is None and sys.stdin.isatty()
     if interactive and cfg.rerank:  # before any checkpoint is read
         raise NMTError(
@@ -393,14 +422,25 @@ def translate_main(cfg: TranslateRunConfig) -> None:
             "constraints_tsv=true reads a file or a pipe (input=FILE, or nmt-translate ... < "
             "FILE); at the interactive prompt, /include A; B sets the phrases to include"
         )
-    translator = Translator.from_command(cfg, cfg.decode, cfg.device)
+    if where.active and (cfg.input is None or cfg.output is None):
+        raise NMTError(
+            f"under torchrun ({where.world} processes) nmt-translate splits a file among them: "
+            "give input=FILE and output=FILE"
+        )
+    job = cfg.input is not None and cfg.output is not None
+    device = rank_device(cfg.device, where) if job else cfg.device
+    translator = Translator.from_command(cfg, cfg.decode, device)
     translator.tags.ids(cfg.tgt_lang)  # an unknown tgt_lang fails before any input is read
     if interactive:
         repl(translator, cfg)
         return
+    reranker = Reranker.from_command(cfg, translator) if cfg.rerank else None
+    fmt = LineFormat(cfg.nbest_tsv, cfg.prefix_tsv, cfg.constraints_tsv, cfg.tgt_lang)
+    if job:
+        translate_file(translator, cfg, fmt, reranker, where)
+        return
     if cfg.input is not None and (cfg.prefix_tsv or cfg.constraints_tsv):
         check_columns(translator, cfg.input, cfg.prefix_tsv, cfg.constraints_tsv, cfg.tgt_lang)
-    reranker = Reranker.from_command(cfg, translator) if cfg.rerank else None
     source = _open_text(cfg.input, "r", sys.stdin)
     sink = _open_text(cfg.output, "w", sys.stdout)
     read_all = False
@@ -423,3 +463,44 @@ def translate_main(cfg: TranslateRunConfig) -> None:
             sink.close()
         else:
             sink.detach()  # leave sys.stdout usable
+
+
+def translate_file(
+    translator: Translator,
+    cfg: TranslateRunConfig,
+    fmt: LineFormat,
+    reranker: Reranker | None,
+    where: Dist,
+) -> None:
+    """input=FILE output=FILE: a resumable file job, split among torchrun's processes
+    (`nmt.cli.file_job`). Each process checks the TSV columns of its chunks before it translates
+    any (a line that cannot be translated fails before the process writes anything)."""
+    decode = translator.decode
+    settings = {
+        "models": model_digests([*cfg.ckpts, *(cfg.rerank or [])]),
+        "decode": flatten(decode),
+        **{k: getattr(cfg, k) for k in ("tgt_lang", "nbest_tsv", "prefix_tsv", "constraints_tsv")},
+        **{k: getattr(cfg, k) for k in ("ckpt_weights", "rerank_weights")},
+        "ensemble_combine": cfg.ensemble_combine.value,
+    }
+    job = FileJob(
+        Path(cfg.input), Path(cfg.output), settings, cfg.chunk_lines, where,
+        show_progress(cfg.progress),
+    )  # fmt: skip
+    check = None
+    if fmt.prefix_tsv or fmt.constraints_tsv:
+
+        def check(lines: list[str], first: int) -> None:
+            request = line_request(
+                lines, decode, first, fmt.prefix_tsv, fmt.constraints_tsv, fmt.tgt_lang
+            )
+            try:
+                translator.prepare(request, warn=False)
+            except NMTError as err:
+                done = (
+                    "this process translated nothing" if where.active else "nothing was translated"
+                )
+                raise NMTError(f"{cfg.input}, {err} ({done})") from err
+
+    job.run(lambda lines, first: translate_lines(translator, lines, first, decode, fmt, reranker),
+            check)  # fmt: skip
