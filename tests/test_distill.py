@@ -2,6 +2,7 @@
 other files are linked, and a student trains on the result as on any data.local_dir."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -108,3 +109,24 @@ def test_several_teachers_each_get_a_copy_of_the_sources(train_small, demo_dir, 
     refused = distill(tmp_path / "x", str(gru), str(transformer), "--alpha", "1", "2", "3")
     assert refused.returncode != 0 and "give 1 value or 2" in refused.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_under_torchrun_the_processes_write_one_processs_targets(train_small, demo_dir, tmp_path):
+    """Each teacher's translation is a file job: 2 torchrun processes share its chunks, and the
+    targets are one process's, byte for byte (rank 0 writes OUT)."""
+    teacher = train_small("gru")
+    common = [str(ROOT / "scripts" / "distill.py"), str(teacher), "--data", str(demo_dir),
+              "--beam-size", "2", "--chunk-lines", "500", "--progress", "false"]  # fmt: skip
+    alone = subprocess.run([sys.executable, *common, "--out", str(tmp_path / "one")],
+                           capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    assert alone.returncode == 0, alone.stderr
+    two = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+         *common, "--out", str(tmp_path / "two")],
+        capture_output=True, text=True, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert two.returncode == 0, two.stderr[-2000:]
+    assert (tmp_path / "two" / "train.en").read_bytes() == (
+        tmp_path / "one" / "train.en"
+    ).read_bytes()
+    assert two.stdout.count('"benchmark": "distill"') == 1  # rank 0 alone reports
