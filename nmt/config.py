@@ -98,6 +98,7 @@ class Precision(str, Enum):
     fp32 = "fp32"
     bf16 = "bf16"
     fp16 = "fp16"
+    int8 = "int8"  # decode.precision only, on the CPU: int8 weights (nmt/models/int8.py)
 
 
 class Strategy(str, Enum):
@@ -448,6 +449,11 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.max_steps < 1 or self.batch_tokens < 1 or self.accum_steps < 1:
             raise NMTError("train.max_steps, train.batch_tokens and train.accum_steps must be >= 1")
+        if self.precision == Precision.int8:
+            raise NMTError(
+                "train.precision=int8: int8 is a decoding setting (decode.precision=int8); train "
+                "in fp32, bf16 or fp16"
+            )
         if self.resume and self.overwrite:
             raise NMTError("train.resume and train.overwrite exclude each other")
         if self.resume and self.init_from:

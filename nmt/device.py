@@ -52,12 +52,19 @@ def check_precision(
 ) -> None:
     if precision == Precision.fp16 and device.type != "cuda":
         raise NMTError(f"{key}=fp16 needs a CUDA device; use bf16 or fp32 on the CPU")
+    if precision == Precision.int8 and not key.startswith("decode"):
+        raise NMTError(f"{key}=int8: int8 is a decoding setting (decode.precision=int8)")
+    if precision == Precision.int8 and device.type != "cpu":
+        raise NMTError(
+            f"{key}=int8 runs on the CPU (torch's x86 int8 kernels); on {device.type}, use "
+            "bf16, fp16 or fp32"
+        )
 
 
 def autocast(device: torch.device, precision: Precision) -> contextlib.AbstractContextManager:
     """Autocast for bf16/fp16; parameters and the optimizer stay in fp32 either way."""
     match precision:
-        case Precision.fp32:
+        case Precision.fp32 | Precision.int8:  # int8 is the model's own (nmt.models.int8)
             return contextlib.nullcontext()
         case Precision.bf16:
             return torch.autocast(device.type, dtype=torch.bfloat16)

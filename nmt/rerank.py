@@ -40,7 +40,7 @@ import torch
 from sacrebleu.metrics import BLEU
 from torch import Tensor
 
-from nmt.config import DecodeConfig, LengthPenalty
+from nmt.config import DecodeConfig, LengthPenalty, Precision
 from nmt.errors import NMTError
 from nmt.inputs import clean
 from nmt.request import Request
@@ -117,7 +117,13 @@ class Reranker:
         found = self.translator.run(self.translator.prepare(request))
         blank = [not clean(segment.text) for segment in request.segments]
         features = [[[_finite(score)] for _, score in r.nbest] for r in found]
-        scoring = replace(request.settings, length_penalty=LengthPenalty.average, shortlist=0)
+        # scores are fp32 or bf16 (an int8 main search is a setting of the search alone)
+        precision = request.settings.precision
+        precision = Precision.fp32 if precision == Precision.int8 else precision
+        scoring = replace(
+            request.settings, length_penalty=LengthPenalty.average, shortlist=0,
+            precision=precision,
+        )  # fmt: skip
         longest = max((len(r.nbest) for r in found), default=0)
         for k, reranker in enumerate(self.rerankers, 1):
             try:

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from nmt.batches import collate
-from nmt.config import DecodeConfig
+from nmt.config import DecodeConfig, Precision
 from nmt.device import autocast
 from nmt.errors import NMTError
 from nmt.inputs import length_batches
@@ -63,6 +63,13 @@ def score_ids(
         raise NMTError(f"{len(src_ids)} sources but {len(tgt_ids)} translations")
     if cfg.shortlist and lexicon is None:
         raise NMTError(NO_LEXICON)
+    if cfg.precision == Precision.int8:
+        # an int8 step writes its recurrent gates out, teacher forcing runs the fp32 cell: the
+        # two would not give the same numbers, and a score is the search's number or nothing
+        raise NMTError(
+            "decode.precision=int8 is a setting of the search: scores are computed in fp32 or "
+            "bf16 (decode.precision=fp32)"
+        )
     out: list[list[float]] = [[] for _ in src_ids]
     longest = max((len(s) for s in src_ids), default=0) + 1
     sizes = [(len(t) + 1) * longest + len(s) for s, t in zip(src_ids, tgt_ids)]  # tgt, then src

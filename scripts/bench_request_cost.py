@@ -8,8 +8,9 @@ counts for them, printed as JSON.
 The request: the first `--texts` sources of 12 words or more, beam 5 (gnmt alpha 1, as the
 server's default decode=beam), room for 16 constraints (decode.max_len_b=60) and the minimum
 length at the length limit, so that every hypothesis runs every step and a variant's time over
-the plain request's is what it adds to each step. The variants: constraints (per text, words of its own reference: 1 phrase of 1 word, 4 of
-2 words, 16 of 2 words (the server's most), 1 of 12 words) and banned phrases (words of the
+the plain request's is what it adds to each step. The variants: constraints (per text, words
+of its own reference: 1 phrase of 1 word, 4 of 2 words, 16 of 2 words (the server's most), 1 of
+12 words) and banned phrases (words of the
 reference file: 8 of 1 word, 64 of 1, 3, 8 and 30 words, and the largest list the server's
 limits allow: 64 phrases filling `--max-chars`, each cut to `--max-len-cap` pieces).
 

@@ -504,9 +504,11 @@ def test_more_banks_than_beam_places_is_a_warning_naming_the_text(translator, ca
     texts = ["Ein Hund.", "Ein Haus."]
     constraints = [["seven hundred old birds"], ["birds"]]
     pieces = len(constraint_ids(translator.vocabs.tgt, "seven hundred old birds"))
-    assert pieces + 1 > translator.decode.beam_size >= len(
-        constraint_ids(translator.vocabs.tgt, "birds")
-    ) + 1
+    assert (
+        pieces + 1
+        > translator.decode.beam_size
+        >= len(constraint_ids(translator.vocabs.tgt, "birds")) + 1
+    )
     with caplog.at_level("WARNING", logger="nmt.request"):
         out = translator.translate(texts, constraints=constraints)
     assert starts_word(out[0], "seven hundred old birds") and starts_word(out[1], "birds")

@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from nmt.config import Bridge, Cell, DecoderStyle, RNNConfig
 from nmt.models.attention import Attention, Prepared, build_attention
 from nmt.models.dropout import Dropout
+from nmt.models.int8 import Int8Product
 from nmt.models.seq2seq import EncoderOutput, OutputRows
 from nmt.tokenizer import PAD
 
@@ -142,6 +142,13 @@ class RNNDecoder(nn.Module):
         if cfg.tie_embeddings:
             self.out.weight = self.embed.weight
         self._tables: PieceTables | None = None
+        self.int8 = False  # the step's own products in int8 (`use_int8`)
+
+    def use_int8(self) -> None:
+        """Run the products a step writes out itself (the piece tables' gates and output layer)
+        in int8: an int8 copy of the model (`nmt.models.int8`), whose modules multiply in int8."""
+        self.int8 = True
+        self._tables = None
 
     def init_state(self, encoded: EncoderOutput) -> RNNState:
         batch = encoded.memory.size(0)
@@ -212,9 +219,7 @@ class RNNDecoder(nn.Module):
 
     def logits(self, outputs: Tensor, output: OutputRows | None) -> Tensor:
         """outputs (R, H) -> logits (R, V), or (R, C) for the C rows of `output`."""
-        if output is None:
-            return self.out(outputs)
-        return F.linear(outputs, output.weight, output.bias)
+        return self.out(outputs) if output is None else output(outputs)
 
     def forward(self, tgt_in: Tensor, state: RNNState) -> tuple[Tensor, Tensor | None]:
         """Teacher forcing: tgt_in (B, T) -> logits (B, T, V), attention (B, T, 1, h, S) or None."""
@@ -268,8 +273,7 @@ class BahdanauDecoder(RNNDecoder):
         emb_gates, emb_out = tables.rows(prev)  # (R, G*H) with G gates, (R, H)
         hidden = tables.cell(tables.first_input(emb_gates, context), hidden)
         s_c = torch.cat([_top(hidden).squeeze(1), context], dim=-1)  # (R, 2H)
-        assert tables.output_rest is not None
-        outputs = torch.tanh(torch.addmm(emb_out, s_c, tables.output_rest))
+        outputs = torch.tanh(tables.output(emb_out, s_c))
         return outputs, weights, replace(state, hidden=hidden)
 
 
@@ -308,6 +312,14 @@ class PieceTables:
         self.emb = torch.cat(tables, dim=1)
         self.gates_hidden = rnn.weight_hh_l0.t().contiguous()  # (H, G*H)
         self.gates_bias = rnn.bias_hh_l0
+        # an int8 model's products (the tables themselves are gathered rows: fp32)
+        self.int8_input = self.int8_hidden = self.int8_output = None
+        if decoder.int8:
+            if self.input_rest.size(0):
+                self.int8_input = Int8Product(w_ih[:, e:])
+            self.int8_hidden = Int8Product(rnn.weight_hh_l0, rnn.bias_hh_l0)
+            if output is not None:
+                self.int8_output = Int8Product(output.weight[:, :-e])
         self.upper = [
             [
                 getattr(rnn, f"{name}_l{layer}")
@@ -326,14 +338,29 @@ class PieceTables:
 
     def first_input(self, emb_gates: Tensor, x: Tensor) -> Tensor:
         """W_ih [e; x] + b_ih (R, G*H) from the embedding's share and the rest x (R, X)."""
+        if self.int8_input is not None:
+            return self.int8_input(x, add=emb_gates)
         return torch.addmm(emb_gates, x, self.input_rest)
+
+    def output(self, emb_out: Tensor, s_c: Tensor) -> Tensor:
+        """Bahdanau's W_o [s; c; e] + b_o (R, H) from the embedding's share and [s; c] (R, 2H)."""
+        if self.int8_output is not None:
+            return self.int8_output(s_c, add=emb_out)
+        assert self.output_rest is not None
+        return torch.addmm(emb_out, s_c, self.output_rest)
+
+    def hidden_gates(self, h: Tensor) -> Tensor:
+        """W_hh h + b_hh (R, G*H) of the first layer."""
+        if self.int8_hidden is not None:
+            return self.int8_hidden(h)
+        return torch.addmm(self.gates_bias, h, self.gates_hidden)
 
     def cell(self, gates_in: Tensor, hidden: Hidden) -> Hidden:
         """One step of every layer: gates_in (R, G*H) = W_ih x + b_ih of the first layer."""
         if self.lstm:
             assert isinstance(hidden, tuple)
             h, c = hidden  # (L, R, H) each
-            gates = torch.addmm(self.gates_bias, h[0], self.gates_hidden).add_(gates_in)
+            gates = self.hidden_gates(h[0]).add_(gates_in)
             i, f, g, o = gates.chunk(4, dim=1)
             c0 = torch.sigmoid(f) * c[0] + torch.sigmoid(i) * torch.tanh(g)
             hs, cs = [torch.sigmoid(o) * torch.tanh(c0)], [c0]
@@ -343,7 +370,7 @@ class PieceTables:
                 cs.append(c_l)
             return torch.stack(hs), torch.stack(cs)
         assert isinstance(hidden, Tensor)
-        gates_h = torch.addmm(self.gates_bias, hidden[0], self.gates_hidden)  # (R, 3H)
+        gates_h = self.hidden_gates(hidden[0])  # (R, 3H)
         i_rz, i_n = gates_in.tensor_split([2 * gates_h.size(1) // 3], dim=1)
         h_rz, h_n = gates_h.tensor_split([2 * gates_h.size(1) // 3], dim=1)
         r, z = torch.sigmoid(i_rz + h_rz).chunk(2, dim=1)

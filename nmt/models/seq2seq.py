@@ -16,7 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+import torch.nn.functional as F
 from torch import Tensor, nn
+
+from nmt.models.int8 import Int8Product
 
 
 @dataclass
@@ -25,6 +28,11 @@ class OutputRows:
 
     weight: Tensor  # (C, H)
     bias: Tensor | None  # (C,)
+    int8: Int8Product | None = None  # the same product in int8 (an int8 model's, nmt.models.int8)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        """x (.., H) -> logits (.., C)."""
+        return self.int8(x) if self.int8 is not None else F.linear(x, self.weight, self.bias)
 
 
 @dataclass
@@ -74,7 +82,10 @@ class Seq2Seq(nn.Module):
         """The output layer's rows for the target ids `ids` (C,): a shortlist's layer, sliced once
         per batch and used at every step (its product costs C/V of the full one)."""
         weight, bias = self.decoder.output_layer()
-        return OutputRows(weight[ids], None if bias is None else bias[ids])
+        rows = OutputRows(weight[ids], None if bias is None else bias[ids])
+        if getattr(self.decoder, "int8", False):  # an int8 model's rows multiply in int8 too
+            rows.int8 = Int8Product(rows.weight, rows.bias)
+        return rows
 
     def forward(
         self, src: Tensor, src_lens: Tensor, tgt_in: Tensor

@@ -23,6 +23,7 @@ from nmt.config import Activation, Norm, Positions, TransformerConfig
 from nmt.errors import NMTError
 from nmt.models.attention import group_rows, ungroup_rows
 from nmt.models.dropout import Dropout, dropout
+from nmt.models.int8 import Int8Product
 from nmt.models.seq2seq import EncoderOutput, OutputRows
 from nmt.tokenizer import PAD
 
@@ -303,6 +304,12 @@ class TransformerDecoder(nn.Module):
         self.out: nn.Module = (
             TiedProjection(vocab_size) if cfg.tie_output else nn.Linear(cfg.d_model, vocab_size)
         )
+        self.int8: Int8Product | None = None  # the output layer in int8 (`use_int8`)
+
+    def use_int8(self) -> None:
+        """Run the output layer in int8 (an int8 copy of the model, `nmt.models.int8`; its other
+        layers are `Int8Linear`s already)."""
+        self.int8 = Int8Product(*self.output_layer())
 
     def output_layer(self) -> tuple[Tensor, Tensor | None]:
         """(weight (V, d), bias (V,)); tied, the first V rows of the embedding table."""
@@ -313,7 +320,9 @@ class TransformerDecoder(nn.Module):
     def project(self, x: Tensor, output: OutputRows | None = None) -> Tensor:
         """(.., d) -> logits (.., V) over the target vocabulary, or (.., C) for `output`."""
         if output is not None:
-            return F.linear(x, output.weight, output.bias)
+            return output(x)
+        if self.int8 is not None:
+            return self.int8(x)
         if isinstance(self.out, TiedProjection):
             return self.out(x, self.embed.table.weight)
         return self.out(x)

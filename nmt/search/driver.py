@@ -8,11 +8,12 @@ from dataclasses import replace
 
 import torch
 
-from nmt.config import NEED_BEAM, DecodeConfig, Strategy
+from nmt.config import NEED_BEAM, DecodeConfig, Precision, Strategy
 from nmt.device import autocast
 from nmt.errors import NMTError
 from nmt.inputs import length_batches
 from nmt.lexicon import Lexicon
+from nmt.models.int8 import int8_copy
 from nmt.models.seq2seq import Seq2Seq
 from nmt.search.batch import SearchBatch
 from nmt.search.beam import beam_search
@@ -57,6 +58,8 @@ def search_all(
         if len(constraints) != len(job.sources):
             raise NMTError(f"{len(constraints)} constraint lists for {len(job.sources)} sources")
     job = replace(job, constraints=constraints)  # None: the batches run the plain beam
+    if cfg.precision == Precision.int8:  # the same search over the model's int8 copy
+        model = int8_copy(model)
     results: list[Decoded] = [Decoded([]) for _ in job.sources]
     rules = StepRules.build(job, device)  # the job's own; each batch adds its sentences'
     with autocast(device, cfg.precision):
