@@ -1,7 +1,7 @@
 """Translation speed of nmt (PyTorch) against the same Transformer converted to CTranslate2.
 
     python scripts/bench_ctranslate2.py runs/m30k_transformer/checkpoints/best \\
-        --data-dir ../shared/data/multi30k --split test --repeats 3
+        --data-dir ../shared/data/multi30k --split test --repeats 3 [--compute-type int8]
 
 Converts the checkpoint (`nmt-export format=ctranslate2`, into a temporary directory unless
 --ct2-dir names an existing export), reads the split through nmt's data loader (the checkpoint's
@@ -9,15 +9,22 @@ data config, with --data-dir as its local_dir), and translates every source sent
 search and beam search (--beam-size 5, --length-penalty none or average: the settings that map
 exactly onto CTranslate2; see docs/export.md), both with batches of --batch-size (64) sentences
 sorted by length, on the CPU, in one process: nmt's `Translator` with torch's thread count, and a
-`ctranslate2.Translator` with intra_threads = that count (--threads sets both; --compute-type int8
-quantizes CTranslate2's weights on load). CTranslate2 takes one length limit per call and ours grows
-with the source, so each batch goes to it in one call per run of sentences with the same limit
-(`nmt.export.ct2.translate_pieces`; --one-call-per-batch: one call with the batch's largest limit,
-where sentences that reach their own limit may go on). Each timing covers tokenization, search and
-detokenization, after a warm-up; the runs of the two alternate (so that a change of load on a shared
-machine hits both), and the median of --repeats runs is reported as sentences/s and target pieces/s
-(EOS not counted), with the sacreBLEU score of each output against the references and the fraction
-of identical output lines, as one JSON object.
+`ctranslate2.Translator` with intra_threads = that count (--threads sets both).
+
+Each precision is a pair run side by side: nmt fp32 against CTranslate2 float32 always, and with
+--compute-type int8 also nmt `decode.precision=int8` against CTranslate2 int8 (its weights
+quantized on load; `bfloat16` pairs with nmt bf16). CTranslate2 takes one length limit per call and
+ours grows with the source, so each batch goes to it in one call per run of sentences with the
+same limit (`nmt.export.ct2.translate_pieces`; --one-call-per-batch: one call with the batch's
+largest limit, where sentences that reach their own limit may go on). Each timing covers
+tokenization, search and detokenization, after a warm-up; the runs of all four alternate (so that a
+change of load on a shared machine hits them alike), and the median of --repeats runs is reported
+as sentences/s and target pieces/s (EOS not counted), with the sacreBLEU score of each output
+against the references and the fraction of identical output lines of each pair.
+
+The JSON's `"headline"` (beam search, and the same for greedy under `"greedy"`): `fp32_vs_ct2` and
+`int8_vs_ct2`, nmt's sentences/s over CTranslate2's at the same precision, and `int8_bleu_delta`,
+nmt int8's BLEU minus nmt fp32's.
 """
 
 from __future__ import annotations
@@ -30,21 +37,26 @@ import statistics
 import tempfile
 import time
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import torch
 from sacrebleu.metrics import BLEU
 
 from nmt.checkpoint import load_checkpoint
-from nmt.config import DecodeConfig, LengthPenalty, Split, Strategy
+from nmt.config import DecodeConfig, LengthPenalty, Precision, Split, Strategy
 from nmt.data import read_split
 from nmt.device import cpu_name
 from nmt.export.ct2 import CT2Translator
 from nmt.export.exporter import export_checkpoint
 from nmt.models import restore_model
+from nmt.request import Request
 from nmt.run_config import ExportFormat
 from nmt.tokenizer import EOS
 from nmt.translate import Translator
+
+# CTranslate2's compute types that nmt has a precision for
+NMT_PRECISION = {"int8": Precision.int8, "int8_float32": Precision.int8, "bfloat16": Precision.bf16}
 
 
 def timed(runners: dict, repeats: int) -> dict:
@@ -76,7 +88,9 @@ def main() -> None:
     parser.add_argument("--ct2-dir", help="an existing ctranslate2 export of the checkpoint")
     parser.add_argument("--one-call-per-batch", action="store_true")
     parser.add_argument(
-        "--compute-type", default="default", help="CTranslate2's (default: the stored float32)"
+        "--compute-type",
+        default="default",
+        help="a second pair: CTranslate2 int8 (int8_float32, bfloat16) against nmt's precision",
     )
     args = parser.parse_args()
 
@@ -102,21 +116,27 @@ def main() -> None:
         convert_s = round(time.perf_counter() - start, 2)
     device = torch.device("cpu")
     model = restore_model(ckpt, device)
-    ct2 = CT2Translator(ct2_dir, threads=threads, compute_type=args.compute_type)
+    # (nmt's decode.precision, CTranslate2's compute type) of each pair
+    pairs = [(Precision.fp32, "float32")]
+    if args.compute_type not in ("default", "float32"):
+        if args.compute_type not in NMT_PRECISION:
+            parser.error(f"--compute-type: one of default, float32, {', '.join(NMT_PRECISION)}")
+        pairs.append((NMT_PRECISION[args.compute_type], args.compute_type))
+    ct2 = {kind: CT2Translator(ct2_dir, threads=threads, compute_type=kind) for _, kind in pairs}
     eos = ckpt.vocabs.tgt.id_to_piece([EOS])[0]
+    translator = Translator(model, ckpt.vocabs, device)
 
-    def nmt_translate(translator: Translator, cfg: DecodeConfig) -> tuple[list[str], int]:
+    def nmt_translate(cfg: DecodeConfig) -> tuple[list[str], int]:
         out = translator.translate_full(sources, attention=False, decode=cfg)
         return [t.text for t in out], sum(
             len(t.tgt_pieces) - (t.tgt_pieces[-1:] == [eos]) for t in out
         )
 
-    def ct2_translate(cfg: DecodeConfig) -> tuple[list[str], int]:
+    def ct2_translate(kind: str, cfg: DecodeConfig) -> tuple[list[str], int]:
         exact = not args.one_call_per_batch
-        best = [
-            n[0][0] if n else [] for n in ct2.hypotheses(sources, decode=cfg, exact_limits=exact)
-        ]
-        return ct2.detokenize(best), sum(len(p) for p in best)
+        hypotheses = ct2[kind].hypotheses(Request(sources, cfg), exact_limits=exact)
+        best = [n[0][0] if n else [] for n in hypotheses]
+        return ct2[kind].detokenize(best), sum(len(p) for p in best)
 
     load_before = os.getloadavg()
     results = []
@@ -127,17 +147,14 @@ def main() -> None:
             length_penalty=LengthPenalty(args.length_penalty),
             batch_size=args.batch_size,
         )
-        translator = Translator(model, ckpt.vocabs, device)
-        runs = timed(
-            {
-                "nmt": lambda t=translator, c=cfg: nmt_translate(t, c),
-                "ctranslate2": lambda c=cfg: ct2_translate(c),
-            },
-            args.repeats,
-        )
-        outputs = {name: texts for name, ((texts, _), _) in runs.items()}
-        same = sum(a == b for a, b in zip(outputs["nmt"], outputs["ctranslate2"]))
-        entry = {"strategy": cfg.describe(), "identical_lines": f"{same}/{len(sources)}"}
+        runners = {}
+        for precision, kind in pairs:
+            runners[f"nmt {precision.value}"] = partial(
+                nmt_translate, replace(cfg, precision=precision)
+            )
+            runners[f"ctranslate2 {kind}"] = partial(ct2_translate, kind, cfg)
+        runs = timed(runners, args.repeats)
+        entry: dict = {"strategy": cfg.describe()}
         for name, ((out, pieces), times) in runs.items():
             seconds = statistics.median(times)
             metric = BLEU()
@@ -149,8 +166,14 @@ def main() -> None:
                 "runs_s": [round(t, 3) for t in times],
                 "bleu": round(bleu, 2),
             }
-        entry["speedup"] = round(entry["nmt"]["median_s"] / entry["ctranslate2"]["median_s"], 2)
         entry["bleu_signature"] = str(metric.get_signature())
+        for precision, kind in pairs:
+            ours, theirs = runs[f"nmt {precision.value}"], runs[f"ctranslate2 {kind}"]
+            same = sum(a == b for a, b in zip(ours[0][0], theirs[0][0]))
+            entry[f"{precision.value}_identical_lines"] = f"{same}/{len(sources)}"
+            entry[f"{precision.value}_vs_ct2"] = round(
+                statistics.median(theirs[1]) / statistics.median(ours[1]), 3
+            )
         results.append(entry)
 
     print(
@@ -162,7 +185,7 @@ def main() -> None:
                 "data": f"{data_cfg.name} {args.split} ({len(sources)} sentences)",
                 "batch_size": args.batch_size,
                 "ctranslate2_calls": "one per batch" if args.one_call_per_batch else "per limit",
-                "ctranslate2_compute_type": ct2.translator.compute_type,
+                "ctranslate2_compute_types": [c.translator.compute_type for c in ct2.values()],
                 "threads": {"torch": threads, "ctranslate2_intra": threads},
                 "ctranslate2": importlib.metadata.version("ctranslate2"),
                 "torch": torch.__version__,
@@ -170,6 +193,7 @@ def main() -> None:
                 "conversion_s": convert_s,
                 # other processes on the machine: 1-minute load average before and after
                 "load_average": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
+                "headline": headline(results, [p.value for p, _ in pairs]),
                 "results": results,
             },
             indent=2,
@@ -177,6 +201,24 @@ def main() -> None:
     )
     if tmp is not None:
         tmp.cleanup()
+
+
+def headline(results: list[dict], precisions: list[str]) -> dict:
+    """Beam search's pairs (greedy's under "greedy"): nmt over CTranslate2 at each precision,
+    and each other precision's BLEU minus nmt fp32's."""
+
+    def of(entry: dict) -> dict:
+        out = {"strategy": entry["strategy"]}
+        for name in precisions:
+            out[f"{name}_vs_ct2"] = entry[f"{name}_vs_ct2"]
+            out[f"{name}_identical_lines"] = entry[f"{name}_identical_lines"]
+            if name != "fp32":
+                delta = entry[f"nmt {name}"]["bleu"] - entry["nmt fp32"]["bleu"]
+                out[f"{name}_bleu_delta"] = round(delta, 2)
+        return out
+
+    greedy, beam = results
+    return {**of(beam), "greedy": of(greedy)}
 
 
 if __name__ == "__main__":
