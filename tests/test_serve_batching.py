@@ -48,7 +48,8 @@ def assert_same(got, want, where="") -> None:
 
 
 def count_decodes(monkeypatch) -> list[int]:
-    """Record the number of sentences of every search the server runs (`Translator.run`)."""
+    """Record the number of sentences of every search the server runs (`Translator.run`), from
+    now on: install it after `load_app`, whose warm-up is a search of its own."""
     sizes: list[int] = []
     real = Translator.run
 
@@ -72,8 +73,8 @@ def test_concurrent_requests_are_decoded_together_and_each_gets_its_own(ckpt, cl
     bodies = [{"text": s, "attention": i % 2 == 0} for i, s in enumerate(SENTENCES)]
     bodies[3] = {"texts": SENTENCES[3:6]}  # one request with three texts among them
     alone = [post(client, b)["translations"] for b in bodies]  # one request at a time
-    sizes = count_decodes(monkeypatch)
     app = load_app(serve_config(ckpt, batch_wait_ms=200, max_batch=64))
+    sizes = count_decodes(monkeypatch)
     together = asyncio.run(send_all(app, bodies))
     assert_same(together, alone)
     assert [[t["source"] for t in r] for r in together] == [
@@ -86,16 +87,16 @@ def test_concurrent_requests_are_decoded_together_and_each_gets_its_own(ckpt, cl
 def test_batches_hold_one_decode_setting_and_at_most_max_batch_sentences(ckpt, monkeypatch):
     greedy, beam = {"strategy": "greedy"}, {"strategy": "beam", "beam_size": 3}
     bodies = [{"text": s, "decode": greedy if i % 2 else beam} for i, s in enumerate(SENTENCES)]
-    sizes = count_decodes(monkeypatch)
     app = load_app(serve_config(ckpt, batch_wait_ms=200, max_batch=3))
+    sizes = count_decodes(monkeypatch)
     results = asyncio.run(send_all(app, bodies))
     assert [r[0]["source"] for r in results] == SENTENCES
     assert max(sizes) <= 3 and sum(sizes) == 10 and len(sizes) >= 4  # 5 of each setting
 
 
 def test_batch_wait_0_decodes_every_request_alone(ckpt, monkeypatch):
-    sizes = count_decodes(monkeypatch)
     app = load_app(serve_config(ckpt, batch_wait_ms=0))
+    sizes = count_decodes(monkeypatch)
     asyncio.run(send_all(app, [{"text": s} for s in SENTENCES[:6]]))
     assert sizes == [1] * 6
 
@@ -265,7 +266,7 @@ def test_after_a_decode_the_next_batch_waits_for_the_requests_still_coming():
 
 def held_translations(monkeypatch) -> tuple[list, threading.Event]:
     """Record the texts of every search the server runs (`Translator.run`); hold the first one
-    until the event is set."""
+    until the event is set. Installed after `load_app` (its warm-up is a search)."""
     calls, hold = [], threading.Event()
     real = Translator.run
 
@@ -289,8 +290,8 @@ def test_a_one_sentence_request_is_decoded_between_the_pieces_of_a_heavy_one(ckp
     light = {"text": SENTENCES[5]}
     with TestClient(load_app(serve_config(ckpt))) as c:
         alone = [post(c, body)["translations"] for body in (heavy, light)]
-    calls, hold = held_translations(monkeypatch)
     app = load_app(serve_config(ckpt, batch_cost=1))
+    calls, hold = held_translations(monkeypatch)
     batcher = app.state.batcher
 
     async def main():
@@ -316,8 +317,8 @@ def test_a_one_sentence_request_is_decoded_between_the_pieces_of_a_heavy_one(ckp
 
 
 def test_a_full_queue_is_answered_503_with_retry_after(ckpt, monkeypatch):
-    calls, hold = held_translations(monkeypatch)
     app = load_app(serve_config(ckpt, max_queue=4, batch_wait_ms=0))
+    calls, hold = held_translations(monkeypatch)
     batcher = app.state.batcher
 
     async def main():

@@ -432,6 +432,7 @@ def translate_main(cfg: TranslateRunConfig) -> None:
     translator = Translator.from_command(cfg, cfg.decode, device)
     translator.tags.ids(cfg.tgt_lang)  # an unknown tgt_lang fails before any input is read
     if interactive:
+        translator.warm_up()  # the first line typed is answered as fast as the next ones
         repl(translator, cfg)
         return
     reranker = Reranker.from_command(cfg, translator) if cfg.rerank else None

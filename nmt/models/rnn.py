@@ -158,6 +158,8 @@ class RNNDecoder(nn.Module):
         else:
             h = encoded.memory.new_zeros(self.cfg.decoder_layers, batch, self.hidden_size)
         hidden: Hidden = (h, h) if self.cfg.cell == Cell.lstm else h
+        if self._tables is not None and not self._tables.fresh(self):
+            self._tables = None  # the weights changed: the first step builds them again
         prepared = self.attention.prepare(encoded.memory) if self.attention is not None else None
         return RNNState(hidden, encoded.src_mask, prepared, None)
 
@@ -206,10 +208,12 @@ class RNNDecoder(nn.Module):
 
     def piece_tables(self) -> PieceTables:
         """The tables of the current weights: built at the first search step, and again after
-        the weights change. A load or an in-place edit bumps a parameter's version; an optimizer
-        step may not (fused Adam leaves the versions as they were), so `train()` and `eval()`,
-        which bracket every validation inside training, drop the tables as well."""
-        if self._tables is None or not self._tables.fresh(self):
+        the weights change. A load or an in-place edit bumps a parameter's version, which
+        `init_state` checks once per search (not at each step: reading every parameter's
+        version took 5% of a beam step at batch 1); an optimizer step may not (fused Adam
+        leaves the versions as they were), so `train()` and `eval()`, which bracket every
+        validation inside training, drop the tables as well."""
+        if self._tables is None:
             self._tables = PieceTables(self)
         return self._tables
 

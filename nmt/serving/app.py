@@ -265,6 +265,7 @@ def load_app(cfg: ServeRunConfig) -> Starlette:
     """Load the checkpoint once and build the app around it."""
     ckpts = [load_checkpoint(path) for path in cfg.ckpts]
     translator = Translator.from_command(cfg, cfg.decode, cfg.device, ckpts)
+    translator.warm_up()  # the first request is answered as fast as the next ones
     # an ensemble is described by its first member (data, languages, step), with every member's
     # path under "ensemble" and the attention it shows
     info = describe_model(translator, ckpts[0].config, ckpts[0].payload)
