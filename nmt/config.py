@@ -54,13 +54,17 @@ class Norm(str, Enum):
 
 
 class Positions(str, Enum):
-    sinusoidal = "sinusoidal"  # fixed, any length
+    sinusoidal = "sinusoidal"  # fixed, any length; sine and cosine of a rate side by side
+    # the same encodings with the sines in the first half of the dimensions, the cosines in the
+    # second (Marian, OPUS-MT)
+    sinusoidal_halves = "sinusoidal_halves"
     learned = "learned"  # trained table of `max_positions` rows
 
 
 class Activation(str, Enum):
     relu = "relu"
     gelu = "gelu"
+    swish = "swish"  # x * sigmoid(x), SiLU (Marian, OPUS-MT)
 
 
 class DataFormat(str, Enum):

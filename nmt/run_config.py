@@ -306,6 +306,12 @@ def save_run_config(cfg: TrainRunConfig, path: Path) -> None:
 
 
 @dataclass
+class ImportRunConfig:
+    source: str = MISSING  # a Marian model's directory (Hugging Face layout) or a hub id
+    out: str = MISSING  # the new checkpoint directory
+
+
+@dataclass
 class AverageRunConfig:
     run_dir: str | None = None  # average the newest `last` step checkpoints of run_dir/checkpoints
     ckpts: list[str] | None = None  # or exactly these checkpoint directories

@@ -1,4 +1,5 @@
-"""SentencePiece tokenizers: trained on the training split, stored beside the model.
+"""SentencePiece tokenizers: trained on the training split, stored beside the model, or an
+imported Marian model's (`MarianVocab`).
 
 The special ids are defined here once; every other module imports them.
 """
@@ -6,6 +7,7 @@ The special ids are defined here once; every other module imports them.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -28,6 +30,10 @@ SRC_FILE = "spm.src.model"
 TGT_FILE = "spm.tgt.model"
 # the sentencepiece ids a side keeps when its vocabulary is pruned (id, tab, piece per line)
 KEPT_FILES = {"src": "pieces.src.tsv", "tgt": "pieces.tgt.tsv"}
+# an imported Marian model's tokenizer (`MarianVocab`): one sentencepiece model per side and the
+# piece list both share
+MARIAN_FILES = {"src": "source.spm", "tgt": "target.spm", "pieces": "pieces.marian.json"}
+SPECIAL_PIECES = ("<pad>", "<unk>", "<s>", "</s>")  # PAD, UNK, BOS, EOS
 
 
 class Vocab:
@@ -132,6 +138,63 @@ class Vocab:
         return sha.hexdigest()
 
 
+class MarianVocab(Vocab):
+    """One side of a Marian model's tokenizer (OPUS-MT, `nmt.pretrained.marian`): the side's own
+    sentencepiece model cuts text into pieces, and a piece list that both sides share gives
+    their ids (Hugging Face's vocab.json, rewritten with nmt's four specials first, as a
+    JSON list: item i is the piece of id i). A piece the list lacks is UNK, and a text that
+    starts with a language code (">>fra<<") keeps it as one piece, as `MarianTokenizer` does.
+    Decoding leaves the specials out. Subword sampling is not offered (`nbest`)."""
+
+    def __init__(self, path: Path, pieces_path: Path) -> None:
+        self.path, self.kept_path = Path(path), Path(pieces_path)
+        self.kept = None
+        self.sp = spm.SentencePieceProcessor()
+        try:
+            self.sp.Load(str(self.path))
+            self.list = json.loads(self.kept_path.read_text("utf-8"))
+        except (OSError, RuntimeError, ValueError) as err:
+            raise NMTError(f"cannot read the Marian tokenizer {self.path}: {err}") from err
+        if tuple(self.list[: EOS + 1]) != SPECIAL_PIECES:
+            raise NMTError(f"{self.kept_path} is not a piece list written by nmt")
+        self._ids = {piece: i for i, piece in enumerate(self.list)}
+
+    def __len__(self) -> int:
+        return len(self.list)
+
+    def encode(self, texts: list[str]) -> list[list[int]]:
+        codes, rest = zip(*map(_language_code, texts)) if texts else ((), ())
+        pieces = self.sp.Encode(list(rest), out_type=str)
+        ids = self._ids
+        return [[ids.get(p, UNK) for p in code + line] for code, line in zip(codes, pieces)]
+
+    def nbest(self, texts: list[str], n: int) -> list[list[list[int]]]:
+        raise NMTError("subword sampling (data.tokenizer.sample_alpha) needs nmt's own tokenizer")
+
+    def id_to_piece(self, ids: list[int]) -> list[str]:
+        return [self.list[i] for i in ids]
+
+    def piece_to_id(self, piece: str) -> int:
+        return self._ids.get(piece, UNK)
+
+    def decode(self, ids: list[list[int]]) -> list[str]:
+        pieces = [[self.list[i] for i in line if i > EOS] for line in ids]
+        return [self.sp.DecodePieces(line) for line in pieces]
+
+    @cached_property
+    def piece_ids(self) -> dict[str, int]:
+        return {piece: i for i, piece in enumerate(self.list) if i > EOS}
+
+    def digest(self) -> str:
+        return hashlib.sha256(self.path.read_bytes() + self.kept_path.read_bytes()).hexdigest()
+
+
+def _language_code(text: str) -> tuple[list[str], str]:
+    """A leading ">>xx<<" as a piece of its own, and the rest of the text."""
+    end = text.find("<<") if text.startswith(">>") else -1
+    return ([text[: end + 2]], text[end + 2 :]) if end != -1 else ([], text)
+
+
 @dataclass
 class Vocabs:
     src: Vocab
@@ -142,6 +205,8 @@ class Vocabs:
         """One id space for both sides (what shared embeddings need): one sentencepiece model,
         and the target's ids the same pieces as the first len(tgt) source ids (`prune_vocabs`
         puts the target's pieces first)."""
+        if isinstance(self.src, MarianVocab) or isinstance(self.tgt, MarianVocab):
+            return self.src.kept_path == self.tgt.kept_path  # one piece list, one id space
         if self.src.path != self.tgt.path:
             return False
         if self.src.kept is None or self.tgt.kept is None:
@@ -398,6 +463,12 @@ def train_vocabs(
 def load_vocabs(directory: Path) -> Vocabs:
     """Load the models written by `train_vocabs` (from a run or a checkpoint directory), pruned
     where `prune_vocabs` left its lists."""
+    if (directory / MARIAN_FILES["pieces"]).is_file():
+        pieces = directory / MARIAN_FILES["pieces"]
+        return Vocabs(
+            MarianVocab(directory / MARIAN_FILES["src"], pieces),
+            MarianVocab(directory / MARIAN_FILES["tgt"], pieces),
+        )
     if (directory / JOINT_FILE).is_file():
         src_model = tgt_model = directory / JOINT_FILE
     elif (directory / SRC_FILE).is_file():

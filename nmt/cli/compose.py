@@ -18,6 +18,7 @@ from nmt.run_config import (
     AverageRunConfig,
     EvaluateRunConfig,
     ExportRunConfig,
+    ImportRunConfig,
     PlotRunConfig,
     ScoreRunConfig,
     ServeRunConfig,
@@ -63,6 +64,7 @@ SCHEMAS = {
     "serve": ServeRunConfig,
     "export": ExportRunConfig,
     "score": ScoreRunConfig,
+    "import": ImportRunConfig,
 }
 
 

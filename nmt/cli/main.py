@@ -10,6 +10,7 @@ line and a non-zero exit status.
     nmt-plot run_dir=DIR         nmt-plot run_dirs=[A,B,...]
     nmt-serve ckpt=DIR port=N    nmt-export ckpt=DIR format=onnx|torchscript|ctranslate2 out=DIR
     nmt-score ckpt=DIR src=FILE hyp=FILE   (or tsv=FILE, or source<TAB>translation on stdin)
+    nmt-import source=DIR_OR_HUB_ID out=DIR   a Marian model (OPUS-MT) as an nmt checkpoint
 
 A sweep (`-m`/`--multirun`) is `nmt/cli/sweep.py`.
 """
@@ -39,6 +40,7 @@ EXAMPLES = {
     "serve": "ckpt=runs/NAME/checkpoints/best port=8000",
     "export": "ckpt=runs/NAME/checkpoints/best format=onnx out=runs/export",
     "score": "ckpt=runs/NAME/checkpoints/best src=test.de hyp=test.hyp",
+    "import": "source=Helsinki-NLP/opus-mt-de-en out=runs/opus-mt-de-en",
 }
 
 
@@ -174,6 +176,12 @@ def export(argv: list[str] | None = None) -> int:
     return _run("export", export_main, argv)
 
 
+def import_model(argv: list[str] | None = None) -> int:
+    from nmt.pretrained.marian import import_main
+
+    return _run("import", import_main, argv)
+
+
 # --- the console scripts of pyproject.toml ----------------------------------------------------
 
 
@@ -219,3 +227,7 @@ def main_serve() -> None:
 
 def main_export() -> None:
     sys.exit(export())
+
+
+def main_import() -> None:
+    sys.exit(import_model())

@@ -15,7 +15,7 @@ decoder specs are filled from our state dict by a `Converter` subclass. How our 
   output projection are the same array in several places (CTranslate2 stores it once).
 - attention: our fused key/value projection is the spec's fused [K; V] linear of cross-attention;
   self-attention gets [Q; K; V]; queries scaled by 1/sqrt(d/h) as CTranslate2 does.
-- activation relu -> RELU, gelu (exact, erf) -> GELU.
+- activation relu -> RELU, gelu (exact, erf) -> GELU, swish -> SWISH.
 - vocabularies: the sentencepiece pieces in id order; special tokens by their pieces;
   `add_source_eos=True` (our sources end with EOS), decoding starts from BOS.
 
@@ -48,6 +48,8 @@ from nmt.request import Request, prepare
 from nmt.tokenizer import BOS, EOS, UNK, Vocab, Vocabs
 
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, which the model uses
+# model.activation -> CTranslate2's common_spec.Activation member
+ACTIVATIONS = {Activation.relu: "RELU", Activation.gelu: "GELU", Activation.swish: "SWISH"}
 MIN_SINUSOID_ROWS = 1024  # decode.max_src_pieces' default; more when max_positions is larger
 # CTranslate2's beam search with length_penalty=0 ends a sentence as soon as its top beam ends;
 # ours ends it when beam_size hypotheses have ended (as CTranslate2 does with any penalty). A
@@ -74,7 +76,7 @@ def check_convertible(cfg: ModelConfig) -> None:
         )
     if not isinstance(cfg, TransformerConfig):
         raise NMTError(f"format=ctranslate2: unknown model.arch {cfg.arch!r}")
-    if cfg.activation not in (Activation.relu, Activation.gelu):  # a value added later
+    if cfg.activation not in ACTIVATIONS:  # a value added later
         raise NMTError(f"format=ctranslate2: model.activation={cfg.activation.value} unsupported")
 
 
@@ -115,10 +117,7 @@ def build_spec(ckpt: Checkpoint):
     cfg: TransformerConfig = ckpt.config.model
     check_convertible(cfg)
     weights = {k: v.detach().float().cpu().numpy() for k, v in ckpt.payload["model"].items()}
-    activation = {
-        Activation.relu: common_spec.Activation.RELU,
-        Activation.gelu: common_spec.Activation.GELU,  # exact (erf) GELU, as nn.GELU()
-    }[cfg.activation]
+    activation = getattr(common_spec.Activation, ACTIVATIONS[cfg.activation])
     pre = cfg.norm == Norm.pre
     encoder = transformer_spec.TransformerEncoderSpec(
         cfg.encoder_layers, cfg.heads, pre_norm=pre, activation=activation
@@ -170,7 +169,8 @@ def _fill_side(side, weights: dict, name: str, cfg: TransformerConfig, embedding
     if cfg.positions == Positions.learned:
         table = w["embed.learned.weight"]
     else:
-        table = sinusoids(_position_rows(cfg), cfg.d_model).numpy()
+        halves = cfg.positions == Positions.sinusoidal_halves
+        table = sinusoids(_position_rows(cfg), cfg.d_model, halves=halves).numpy()
     side.position_encodings.encodings = table
     if cfg.norm == Norm.pre:
         _layer_norm(side.layer_norm, _scope(w, "norm."))

@@ -28,13 +28,18 @@ from nmt.models.seq2seq import EncoderOutput, OutputRows
 from nmt.tokenizer import PAD
 
 
-def sinusoids(length: int, d: int, offset: int = 0) -> Tensor:
-    """(length, d) sinusoidal encodings of positions offset .. offset+length-1."""
+def sinusoids(length: int, d: int, offset: int = 0, halves: bool = False) -> Tensor:
+    """(length, d) sinusoidal encodings of positions offset .. offset+length-1: the sine and the
+    cosine of each rate side by side, or with `halves` every sine first, then every cosine
+    (`Positions.sinusoidal_halves`, Marian's layout)."""
     position = torch.arange(offset, offset + length, dtype=torch.float).unsqueeze(1)
     rate = torch.exp(torch.arange(0, d, 2, dtype=torch.float) * (-math.log(10000.0) / d))
+    sines, cosines = torch.sin(position * rate), torch.cos(position * rate[: d // 2])
+    if halves:
+        return torch.cat([sines, cosines], dim=1)
     table = torch.zeros(length, d)
-    table[:, 0::2] = torch.sin(position * rate)
-    table[:, 1::2] = torch.cos(position * rate[: d // 2])
+    table[:, 0::2] = sines
+    table[:, 1::2] = cosines
     return table
 
 
@@ -53,7 +58,9 @@ class Embedding(nn.Module):
         )
         # sinusoids are cached up to max_positions and computed on the fly beyond, so any length
         # works; a buffer that is not saved keeps checkpoints independent of this cache
-        self.register_buffer("fixed", sinusoids(cfg.max_positions, cfg.d_model), persistent=False)
+        self.halves = cfg.positions == Positions.sinusoidal_halves
+        fixed = sinusoids(cfg.max_positions, cfg.d_model, halves=self.halves)
+        self.register_buffer("fixed", fixed, persistent=False)
 
     def positions(self, length: int, offset: int) -> Tensor:
         """(length, d) encodings for positions offset .. offset+length-1."""
@@ -64,7 +71,7 @@ class Embedding(nn.Module):
             return self.learned(index.clamp(max=self.learned.num_embeddings - 1))
         if offset + length <= self.fixed.size(0):
             return self.fixed[offset : offset + length]
-        return sinusoids(length, self.fixed.size(1), offset).to(self.fixed.device)
+        return sinusoids(length, self.fixed.size(1), offset, self.halves).to(self.fixed.device)
 
     def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
         """tokens (B, T) -> (B, T, d); offset = position of the first token."""
@@ -136,11 +143,14 @@ class MultiHeadAttention(nn.Module):
         return out, weights
 
 
+ACTIVATIONS = {Activation.relu: nn.ReLU, Activation.gelu: nn.GELU, Activation.swish: nn.SiLU}
+
+
 class FeedForward(nn.Sequential):
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__(
             nn.Linear(cfg.d_model, cfg.ff_size),
-            nn.GELU() if cfg.activation == Activation.gelu else nn.ReLU(),
+            ACTIVATIONS[cfg.activation](),
             Dropout(cfg.activation_dropout),
             nn.Linear(cfg.ff_size, cfg.d_model),
         )

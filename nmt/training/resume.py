@@ -16,7 +16,7 @@ import torch
 from nmt.checkpoint import Checkpoint, load_checkpoint
 from nmt.errors import NMTError
 from nmt.run_config import TrainRunConfig, flatten
-from nmt.tokenizer import SAMPLING_KEYS
+from nmt.tokenizer import SAMPLING_KEYS, MarianVocab
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +76,8 @@ def load_init(cfg: TrainRunConfig) -> Checkpoint:
     """train.init_from: a new run that starts from another run's weights and tokenizer."""
     init = load_checkpoint(cfg.train.init_from)
     _check_same_model(cfg, init.config, "train.init_from")
+    if isinstance(init.vocabs.src, MarianVocab):  # imported: no tokenizer settings to keep
+        return _starting(init)
     key = "data.tokenizer"
     now, then = flatten(cfg.data.tokenizer, key), flatten(init.config.data.tokenizer, key)
     # subword sampling changes the training segmentation, not the tokenizer: a run may turn it on
@@ -86,6 +88,10 @@ def load_init(cfg: TrainRunConfig) -> Checkpoint:
             "train.init_from keeps the checkpoint's tokenizer (the embeddings are tied to it): "
             + ", ".join(diff)
         )
+    return _starting(init)
+
+
+def _starting(init: Checkpoint) -> Checkpoint:
     log.info(
         "starting from the weights and tokenizer of %s (step %d); optimizer, learning-rate "
         "schedule, step count, data order and early stopping start afresh",

@@ -20,9 +20,9 @@ class Positional(nn.Module):
     variable (a size read from a tensor): sinusoids of any position (the formula of `sinusoids`),
     or the learned table, positions past its end clamped to the last row as the model does."""
 
-    def __init__(self, d: int, learned: nn.Embedding | None) -> None:
+    def __init__(self, d: int, learned: nn.Embedding | None, halves: bool = False) -> None:
         super().__init__()
-        self.d, self.learned = d, learned
+        self.d, self.learned, self.halves = d, learned, halves
         rate = torch.exp(
             torch.arange(0, self.d, 2, dtype=torch.float) * (-math.log(10000.0) / self.d)
         )
@@ -36,6 +36,8 @@ class Positional(nn.Module):
             return self.learned(index.clamp(max=self.learned.num_embeddings - 1))
         angle = index.to(torch.float).unsqueeze(1) * self.rate  # (T, ceil(d/2))
         sin, cos = torch.sin(angle), torch.cos(angle)
+        if self.halves:  # Positions.sinusoidal_halves
+            return torch.cat([sin, cos[:, : self.d // 2]], dim=1)
         # interleave: even columns sin, odd columns cos (an odd d has one sin column more)
         return torch.stack([sin, cos], dim=-1).flatten(1)[:, : self.d]
 
@@ -112,7 +114,8 @@ class TransformerStepGraph(nn.Module):
 
 
 def _positional(module: TransformerEncoder | TransformerDecoder) -> Positional:
-    return Positional(module.embed.table.embedding_dim, module.embed.learned)
+    embed = module.embed
+    return Positional(embed.table.embedding_dim, embed.learned, embed.halves)
 
 
 def transformer_spec(model: Seq2Seq) -> GraphSpec:

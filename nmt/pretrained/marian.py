@@ -1,0 +1,306 @@
+"""Import a Marian model (OPUS-MT) in the Hugging Face layout as an nmt checkpoint.
+
+A Marian model is a post-norm Transformer with scaled embeddings, sinusoids laid out in halves,
+one embedding table for both sides and the output layer (tied), a final logits bias and, in
+OPUS-MT, the swish activation: each is an option of nmt's Transformer (`TransformerConfig`),
+so the imported checkpoint is an ordinary one and every nmt tool takes it.
+
+What the directory holds and what becomes of it:
+
+    config.json          -> the model's TransformerConfig (refused by name what nmt lacks)
+    model.safetensors    -> the weights, renamed; read with safetensors, or else
+    pytorch_model.bin       with torch.load(weights_only=True): no code from the directory runs
+    vocab.json           -> pieces.marian.json: the pieces in nmt's id order (`MarianVocab`)
+    source.spm, target.spm  copied
+    generation_config.json  its beam size becomes decode.beam_size; bad_words_ids [[pad]] blocks
+                         PAD as Hugging Face's generate does
+
+Ids: nmt's specials are PAD, UNK, BOS, EOS = 0..3 (`nmt.tokenizer`); Marian's are </s>, <unk>
+and <pad>, where decoding starts from <pad>. The imported table holds, in nmt's order, the
+rows of <pad>, <unk>, <pad> again (BOS: the start of decoding), </s>, then every other piece in
+Marian's order. The BOS row is one Marian lacks, so its output bias is `BLOCKED`, a logit that
+leaves it no probability at all in float32: the softmax over the other pieces is Marian's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import shutil
+from enum import Enum
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from nmt.checkpoint import save_checkpoint
+from nmt.config import (
+    Activation,
+    DataConfig,
+    DecodeConfig,
+    Norm,
+    Positions,
+    Strategy,
+    TransformerConfig,
+)
+from nmt.errors import NMTError
+from nmt.run_config import ImportRunConfig, TrainRunConfig
+from nmt.tokenizer import BOS, EOS, MARIAN_FILES, PAD, SPECIAL_PIECES, load_vocabs
+
+log = logging.getLogger(__name__)
+
+BLOCKED = -1e4  # an output bias no piece survives: exp(-1e4 - max) is 0 in float32
+ACTIVATIONS = {
+    "swish": Activation.swish, "silu": Activation.swish, "gelu": Activation.gelu,
+    "relu": Activation.relu,
+}  # fmt: skip
+# the files read from a directory or fetched from the hub, no other
+FILES = [
+    "config.json", "generation_config.json", "model.safetensors", "pytorch_model.bin",
+    "vocab.json", "source.spm", "target.spm", "tokenizer_config.json",
+]  # fmt: skip
+NOT_DATA = "none: pass data=... to nmt-evaluate or nmt-train"  # the imported run's data.local_dir
+# the model as a config option, for fine-tuning: nmt-train --config-dir OUT model=imported ...
+MODEL_OPTION = Path("model") / "imported.yaml"
+
+
+def import_marian(source: str, out: Path) -> Path:
+    """Write the Marian model `source` (a directory, or a Hugging Face hub id fetched when the hub
+    is reachable) as the new nmt checkpoint directory `out`; returns `out`."""
+    out = Path(out)
+    if out.exists():
+        raise NMTError(f"out={out} exists: choose a new directory")
+    directory = _locate(source)
+    hf = _read_json(directory / "config.json")
+    model = model_config(hf)
+    generation = _read_json(directory / "generation_config.json", missing_ok=True)
+    tokenizer = _read_json(directory / "tokenizer_config.json", missing_ok=True)
+    vocab = _read_json(directory / "vocab.json")
+    order, pieces = id_order(vocab, hf)
+    weights = read_weights(directory)
+    blocked = [BOS]
+    if [hf["pad_token_id"]] in (generation.get("bad_words_ids") or hf.get("bad_words_ids") or []):
+        blocked.append(PAD)
+    state = convert_weights(weights, hf, order, blocked)
+    del weights
+
+    staging = out.parent / f".{out.name}.import-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        for side in ("src", "tgt"):
+            spm = directory / MARIAN_FILES[side]
+            if not spm.is_file():
+                raise NMTError(f"{directory} has no {spm.name}: not a Marian model's directory")
+            shutil.copy2(spm, staging / spm.name)
+        (staging / MARIAN_FILES["pieces"]).write_text(json.dumps(pieces, ensure_ascii=False))
+        vocabs = load_vocabs(staging)
+        cfg = run_config(model, hf, generation, tokenizer, source)
+        payload = {"model": state, "imported": {"from": source, "format": "marian"}}
+        step_dir = save_checkpoint(staging, 0, payload, cfg, vocabs)
+        write_model_option(model, step_dir / MODEL_OPTION)
+        os.rename(step_dir, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    log.info("imported %s: %d pieces, %s", source, len(pieces), _describe(model))
+    return out
+
+
+def import_main(cfg: ImportRunConfig) -> None:
+    """nmt-import: write the checkpoint and say where it is and how to use it."""
+    out = import_marian(cfg.source, Path(cfg.out))
+    print(
+        f"{out}\n  nmt-translate ckpt={out}\n  nmt-evaluate ckpt={out} data=NAME split=test\n"
+        f"  nmt-train --config-dir {out} model=imported train.init_from={out} data=NAME ..."
+    )
+
+
+def _locate(source: str) -> Path:
+    """A local directory as it is; anything else is a hub id, fetched (the files of `FILES`)."""
+    path = Path(source)
+    if path.is_dir():
+        return path
+    if path.exists() or source.count("/") != 1:
+        raise NMTError(f"source={source}: not a directory, nor a hub id such as Helsinki-NLP/NAME")
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError as err:  # comes with datasets; absent only in a broken install
+        raise NMTError("fetching from the hub needs huggingface_hub (datasets brings it)") from err
+    try:
+        return Path(snapshot_download(source, allow_patterns=FILES))
+    except Exception as err:  # offline, unknown id, access refused: the hub's own message
+        raise NMTError(f"cannot fetch {source} from the Hugging Face hub: {err}") from err
+
+
+def _read_json(path: Path, missing_ok: bool = False) -> dict:
+    if missing_ok and not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError) as err:
+        raise NMTError(f"cannot read {path}: {err}") from err
+
+
+def model_config(hf: dict) -> TransformerConfig:
+    """nmt's Transformer for a Marian config.json; what it cannot be is refused by name."""
+    kind = hf.get("model_type")
+    if kind != "marian":
+        raise NMTError(
+            f"model_type={kind!r}: nmt-import reads Marian models (OPUS-MT, model_type 'marian'); "
+            "other architectures (NLLB's m2m_100, mBART, T5...) are not supported"
+        )
+    refused = []
+    if not hf.get("share_encoder_decoder_embeddings", True):
+        refused.append("share_encoder_decoder_embeddings=false (a vocabulary per side)")
+    for a, b in (("encoder_ffn_dim", "decoder_ffn_dim"),
+                 ("encoder_attention_heads", "decoder_attention_heads")):  # fmt: skip
+        if hf[a] != hf[b]:
+            refused.append(f"{a}={hf[a]} with {b}={hf[b]} (nmt has one value for both)")
+    activation = ACTIVATIONS.get(hf.get("activation_function", "swish"))
+    if activation is None:
+        refused.append(f"activation_function={hf['activation_function']!r}")
+    if hf.get("decoder_vocab_size", hf["vocab_size"]) != hf["vocab_size"]:
+        refused.append("decoder_vocab_size differs from vocab_size")
+    if hf.get("decoder_start_token_id", hf["pad_token_id"]) != hf["pad_token_id"]:
+        refused.append("decoder_start_token_id differs from pad_token_id")
+    if refused:
+        raise NMTError("this Marian model has what nmt's Transformer lacks: " + "; ".join(refused))
+    return TransformerConfig(
+        d_model=hf["d_model"],
+        heads=hf["encoder_attention_heads"],
+        ff_size=hf["encoder_ffn_dim"],
+        encoder_layers=hf["encoder_layers"],
+        decoder_layers=hf["decoder_layers"],
+        dropout=hf.get("dropout", 0.1),
+        attention_dropout=hf.get("attention_dropout", 0.0),
+        activation_dropout=hf.get("activation_dropout", 0.0),
+        activation=activation,
+        norm=Norm.post,
+        positions=Positions.sinusoidal_halves,
+        max_positions=hf.get("max_position_embeddings", 512),
+        scale_embeddings=bool(hf.get("scale_embedding", True)),
+        share_embeddings=True,
+        tie_output=bool(hf.get("tie_word_embeddings", True)),
+    )
+
+
+def write_model_option(cfg: TransformerConfig, path: Path) -> None:
+    """The model as a YAML option of the `model` group: `nmt-train --config-dir OUT
+    model=imported train.init_from=OUT` builds the imported architecture to load its weights."""
+    lines = ["# nmt-import's model: nmt-train --config-dir DIR model=imported train.init_from=DIR"]
+    lines += ["defaults:", "  - transformer", "  - _self_", ""]
+    for key, value in dataclasses.asdict(cfg).items():
+        value = value.value if isinstance(value, Enum) else value
+        lines.append(f"{key}: {json.dumps(value)}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n", "utf-8")
+
+
+def _describe(cfg: TransformerConfig) -> str:
+    return (
+        f"Transformer {cfg.encoder_layers}+{cfg.decoder_layers} layers, d {cfg.d_model}, "
+        f"{cfg.heads} heads, ff {cfg.ff_size}, {cfg.activation.value}"
+    )
+
+
+def id_order(vocab: dict[str, int], hf: dict) -> tuple[list[int], list[str]]:
+    """Per nmt id, the Marian id whose row it takes, and its piece: the specials (PAD, UNK, BOS,
+    EOS) first, then every other piece of vocab.json in Marian's order."""
+    if "<unk>" not in vocab:
+        raise NMTError("vocab.json has no <unk>: not a Marian vocabulary")
+    pad, eos, unk = hf["pad_token_id"], hf["eos_token_id"], vocab["<unk>"]
+    piece_of = {i: p for p, i in vocab.items()}
+    size = hf["vocab_size"]
+    if len(piece_of) != len(vocab) or max(piece_of) >= size:
+        raise NMTError(f"vocab.json does not give {size} distinct ids (config.json vocab_size)")
+    order = [pad, unk, pad, eos] + [i for i in sorted(piece_of) if i not in (pad, unk, eos)]
+    pieces = list(SPECIAL_PIECES) + [piece_of[i] for i in order[EOS + 1 :]]
+    return order, pieces
+
+
+def read_weights(directory: Path) -> dict[str, Tensor]:
+    """The tensors of model.safetensors (with the safetensors library), else of pytorch_model.bin
+    (torch.load with weights_only=True, memory-mapped): loading runs no code of the file."""
+    safetensors = directory / "model.safetensors"
+    if safetensors.is_file():
+        try:
+            from safetensors.torch import load_file
+        except ImportError as err:
+            need = f"reading {safetensors} needs safetensors: pip install safetensors"
+            raise NMTError(need) from err
+        return load_file(safetensors)
+    pickled = directory / "pytorch_model.bin"
+    if not pickled.is_file():
+        raise NMTError(f"{directory} has no model.safetensors or pytorch_model.bin")
+    try:
+        return torch.load(pickled, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as err:  # torch raises many types for files it refuses
+        raise NMTError(f"cannot read {pickled}: {str(err).splitlines()[0]}") from err
+
+
+def convert_weights(
+    weights: dict[str, Tensor], hf: dict, order: list[int], blocked: list[int]
+) -> dict[str, Tensor]:
+    """Hugging Face's MarianMTModel state dict -> nmt's Transformer's (see the module's notes
+    for the ids); the output bias of the ids in `blocked` is `BLOCKED`."""
+    w = {k.removeprefix("model."): v for k, v in weights.items()}
+    index = torch.tensor(order)
+    table = w["shared.weight"] if "shared.weight" in w else w["encoder.embed_tokens.weight"]
+    state = {"encoder.embed.table.weight": table.index_select(0, index).float()}
+    state["decoder.embed.table.weight"] = state["encoder.embed.table.weight"]
+    bias = w.get("final_logits_bias", torch.zeros(1, hf["vocab_size"]))[0]
+    bias = bias.index_select(0, index).float().clone()
+    bias[blocked] = BLOCKED
+    state["decoder.out.bias"] = bias
+    if not hf.get("tie_word_embeddings", True):
+        state["decoder.out.weight"] = w["lm_head.weight"].index_select(0, index).float()
+
+    def attention(src: str, dst: str) -> None:
+        for part in ("weight", "bias"):
+            state[f"{dst}.q.{part}"] = w[f"{src}.q_proj.{part}"]
+            state[f"{dst}.kv.{part}"] = torch.cat(
+                [w[f"{src}.k_proj.{part}"], w[f"{src}.v_proj.{part}"]]
+            )
+            state[f"{dst}.out.{part}"] = w[f"{src}.out_proj.{part}"]
+
+    def copy(src: str, dst: str) -> None:
+        for part in ("weight", "bias"):
+            state[f"{dst}.{part}"] = w[f"{src}.{part}"]
+
+    for i in range(hf["encoder_layers"]):
+        src, dst = f"encoder.layers.{i}", f"encoder.layers.{i}"
+        attention(f"{src}.self_attn", f"{dst}.attention")
+        copy(f"{src}.self_attn_layer_norm", f"{dst}.sub_attention.norm")
+        copy(f"{src}.fc1", f"{dst}.feed_forward.0")
+        copy(f"{src}.fc2", f"{dst}.feed_forward.3")
+        copy(f"{src}.final_layer_norm", f"{dst}.sub_ff.norm")
+    for i in range(hf["decoder_layers"]):
+        src, dst = f"decoder.layers.{i}", f"decoder.layers.{i}"
+        attention(f"{src}.self_attn", f"{dst}.self_attention")
+        copy(f"{src}.self_attn_layer_norm", f"{dst}.sub_self.norm")
+        attention(f"{src}.encoder_attn", f"{dst}.cross_attention")
+        copy(f"{src}.encoder_attn_layer_norm", f"{dst}.sub_cross.norm")
+        copy(f"{src}.fc1", f"{dst}.feed_forward.0")
+        copy(f"{src}.fc2", f"{dst}.feed_forward.3")
+        copy(f"{src}.final_layer_norm", f"{dst}.sub_ff.norm")
+    # a memory-mapped or shared tensor is copied into a tensor of its own, in float32
+    return {k: v.float().contiguous().clone() for k, v in state.items()}
+
+
+def run_config(
+    model: TransformerConfig, hf: dict, generation: dict, tokenizer: dict, source: str
+) -> TrainRunConfig:
+    """The imported checkpoint's config.yaml: the model, the languages when the tokenizer names
+    them, no data of its own (`NOT_DATA`), and Hugging Face's beam size."""
+    src_lang = tokenizer.get("source_lang") or "src"
+    tgt_lang = tokenizer.get("target_lang") or "tgt"
+    beams = int(generation.get("num_beams") or hf.get("num_beams") or 1)
+    if beams > 1:
+        decode = DecodeConfig(strategy=Strategy.beam, beam_size=beams)
+    else:
+        decode = DecodeConfig(strategy=Strategy.greedy)
+    data = DataConfig(name=f"imported {source}", src_lang=src_lang, tgt_lang=tgt_lang,
+                      local_dir=NOT_DATA)  # fmt: skip
+    return TrainRunConfig(data=data, model=model, decode=decode, run_dir=".")

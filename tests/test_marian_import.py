@@ -1,0 +1,265 @@
+"""nmt-import of a Marian model (OPUS-MT's architecture) in the Hugging Face layout, offline: a
+MarianMTModel built by `transformers` from a small MarianConfig, its two sentencepiece models
+trained on the demo corpus, its weights trained briefly there too, saved with save_pretrained.
+nmt's logits, greedy and beam output and tokenization must equal Hugging Face's on the same
+files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import sentencepiece as spm
+import torch
+
+from nmt.checkpoint import load_checkpoint
+from nmt.cli import main as cli
+from nmt.config import DecodeConfig, LengthPenalty, Strategy
+from nmt.errors import NMTError
+from nmt.models import restore_model
+from nmt.pretrained.marian import BLOCKED, import_marian
+from nmt.tokenizer import BOS, EOS, PAD
+from nmt.translate import Translator
+
+transformers = pytest.importorskip("transformers")
+
+ODD = ["", "   ", "Ein Hund läuft ✓ 漢字 über die Straße.", ">>fra<< Ich sehe zwei Vögel.",
+       "zwei " * 200, "Er zählt\tdrei\u00a0Vögel."]  # fmt: skip
+
+
+def _spm(lines: list[str], prefix: Path) -> Path:
+    spm.SentencePieceTrainer.Train(
+        sentence_iterator=iter(lines), model_prefix=str(prefix), vocab_size=200,
+        model_type="unigram", character_coverage=1.0, num_threads=1, minloglevel=2,
+        hard_vocab_limit=False,
+    )  # fmt: skip
+    return Path(f"{prefix}.model")
+
+
+def write_marian(
+    out: Path, demo_dir: Path, seed: int = 0, bad_pad: bool = False, steps: int = 300, **overrides
+) -> Path:
+    """A random-weight Marian model in the Hugging Face layout (what OPUS-MT publishes)."""
+    out.mkdir(parents=True)
+    src = (demo_dir / "train.de").read_text("utf-8").splitlines()
+    tgt = (demo_dir / "train.en").read_text("utf-8").splitlines()
+    source = _spm(src, out / "src")
+    target = _spm(tgt, out / "tgt")
+    source.rename(out / "source.spm")
+    target.rename(out / "target.spm")
+    pieces = []
+    for path in (out / "source.spm", out / "target.spm"):
+        sp = spm.SentencePieceProcessor(model_file=str(path))
+        pieces += [sp.IdToPiece(i) for i in range(sp.GetPieceSize()) if not sp.IsControl(i)]
+    vocab = {"</s>": 0, "<unk>": 1}
+    for piece in [*pieces, ">>fra<<"]:
+        vocab.setdefault(piece, len(vocab))
+    vocab["<pad>"] = len(vocab)
+    (out / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), "utf-8")
+    settings = dict(
+        vocab_size=len(vocab), decoder_vocab_size=len(vocab), d_model=32, encoder_layers=2,
+        decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+        encoder_ffn_dim=64, decoder_ffn_dim=64, activation_function="swish",
+        max_position_embeddings=256, pad_token_id=vocab["<pad>"], eos_token_id=0,
+        decoder_start_token_id=vocab["<pad>"], forced_eos_token_id=None, scale_embedding=True,
+        share_encoder_decoder_embeddings=True, dropout=0.1,
+    )  # fmt: skip
+    settings.update(overrides)
+    config = transformers.MarianConfig(**settings)
+    torch.manual_seed(seed)
+    model = transformers.MarianMTModel(config)
+    if bad_pad:  # as OPUS-MT's models are configured
+        model.generation_config.bad_words_ids = [[vocab["<pad>"]]]
+    tokenizer = transformers.MarianTokenizer(
+        str(out / "source.spm"), str(out / "target.spm"), str(out / "vocab.json"),
+        source_lang="de", target_lang="en",
+    )  # fmt: skip
+    # random weights translate every sentence alike; a few hundred updates on the demo corpus
+    # give translations that differ, end with </s> and make a tie between beams unlikely
+    _train(model, tokenizer, src, tgt, steps)
+    with torch.no_grad():
+        model.final_logits_bias.normal_(0.0, 0.1)  # a bias of its own, imported too
+        if not bad_pad:  # PAD never produced, as bad_words_ids does (module notes of marian.py)
+            model.final_logits_bias[0, vocab["<pad>"]] = BLOCKED
+    model.eval().save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def _train(model, tokenizer, src: list[str], tgt: list[str], steps: int) -> None:
+    model.train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for step in range(steps):
+        rows = slice((step * 32) % (len(src) - 32), (step * 32) % (len(src) - 32) + 32)
+        batch = tokenizer(src[rows], text_target=tgt[rows], padding=True, return_tensors="pt")
+        batch["labels"][batch["labels"] == tokenizer.pad_token_id] = -100
+        loss = model(**batch).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+
+
+@pytest.fixture(scope="module")
+def marian(tmp_path_factory, demo_dir) -> tuple[Path, Path]:
+    """(the Hugging Face directory, its nmt import)."""
+    root = tmp_path_factory.mktemp("marian")
+    hf = write_marian(root / "hf", demo_dir)
+    return hf, import_marian(str(hf), root / "nmt")
+
+
+def hf_model(directory: Path):
+    return transformers.MarianMTModel.from_pretrained(directory).eval()
+
+
+def hf_tokenizer(directory: Path):
+    return transformers.MarianTokenizer.from_pretrained(directory)
+
+
+def sentences(demo_dir: Path, n: int) -> list[str]:
+    return (demo_dir / "test.de").read_text("utf-8").splitlines()[:n]
+
+
+def test_tokenization_equals_marian_tokenizer(marian, demo_dir):
+    hf_dir, ours = marian
+    vocabs = load_checkpoint(ours).vocabs
+    tokenizer = hf_tokenizer(hf_dir)
+    pieces = json.loads((ours / "pieces.marian.json").read_text("utf-8"))
+    texts = sentences(demo_dir, 50) + ODD
+    for text, ids in zip(texts, vocabs.src.encode(texts)):
+        want = tokenizer(text)["input_ids"]  # ends with </s>
+        got = [pieces[i] for i in ids + [EOS]]
+        assert got == tokenizer.convert_ids_to_tokens(want), text
+    # decoding: the target side's pieces back to text, specials left out
+    targets = (demo_dir / "test.en").read_text("utf-8").splitlines()[:50] + ODD
+    hf_ids = [tokenizer(text_target=t)["input_ids"] for t in targets]
+    ours_ids = vocabs.tgt.encode(targets)
+    assert [[pieces[i] for i in ids + [EOS]] for ids in ours_ids] == [
+        tokenizer.convert_ids_to_tokens(ids) for ids in hf_ids
+    ]
+    assert vocabs.tgt.decode(ours_ids) == tokenizer.batch_decode(
+        hf_ids, skip_special_tokens=True, use_source_tokenizer=False
+    )
+
+
+def test_logits_equal_hugging_face(marian, demo_dir):
+    hf_dir, ours = marian
+    ckpt = load_checkpoint(ours)
+    model, reference = restore_model(ckpt, torch.device("cpu")), hf_model(hf_dir)
+    tokenizer = hf_tokenizer(hf_dir)
+    texts = sentences(demo_dir, 8)
+    batch = tokenizer(texts, padding=True, return_tensors="pt")
+    labels = tokenizer(text_target=texts, padding=True, return_tensors="pt")["input_ids"]
+    start = torch.full((len(texts), 1), reference.config.decoder_start_token_id)
+    decoder_in = torch.cat([start, labels[:, :-1]], dim=1)
+    with torch.no_grad():
+        want = reference(**batch, decoder_input_ids=decoder_in).logits
+        # nmt's ids: the same pieces (`id_order`): map Hugging Face's ids through the list
+        order = _order(ours, hf_dir)
+        to_ours = {m: i for i, m in enumerate(order) if i != BOS}
+        src = batch["input_ids"].apply_(lambda i: to_ours[i])
+        tgt_in = decoder_in.clone().apply_(lambda i: to_ours[i])
+        tgt_in[:, 0] = BOS
+        src_lens = batch["attention_mask"].sum(1)
+        got = model(src, src_lens, tgt_in)[0]
+    mask = decoder_in != reference.config.pad_token_id
+    mask[:, 0] = True
+    got = got[..., order_index(order)]  # back into Hugging Face's order
+    assert (got - want)[mask].abs().max() <= 1e-4
+
+
+def _order(ours: Path, hf_dir: Path) -> list[int]:
+    vocab = json.loads((hf_dir / "vocab.json").read_text("utf-8"))
+    pieces = json.loads((ours / "pieces.marian.json").read_text("utf-8"))
+    pad = vocab["<pad>"]
+    return [pad, vocab["<unk>"], pad, vocab["</s>"]] + [vocab[p] for p in pieces[EOS + 1 :]]
+
+
+def order_index(order: list[int]) -> list[int]:
+    """Per Hugging Face id, the nmt id whose logit it is (BOS left out: it is not Marian's)."""
+    index = [0] * len(order[:BOS] + order[BOS + 1 :])
+    for ours, theirs in enumerate(order):
+        if ours != BOS:
+            index[theirs] = ours
+    return index
+
+
+@pytest.mark.parametrize("beams", [1, 5])
+def test_output_equals_generate(marian, demo_dir, beams):
+    """Greedy and beam 5 on the same sentences: the same translations. nmt's beam ends a
+    sentence once it has beam-size finished hypotheses, Hugging Face's `early_stopping=True`
+    (its default, False, goes on while a longer hypothesis could still win: 1 line in 100
+    differed); length penalty: score / length, nmt's `average`, Hugging Face's 1.0."""
+    hf_dir, ours = marian
+    texts = sentences(demo_dir, 100)
+    reference, tokenizer = hf_model(hf_dir), hf_tokenizer(hf_dir)
+    with torch.no_grad():
+        batch = tokenizer(texts, padding=True, return_tensors="pt")
+        out = reference.generate(
+            **batch, num_beams=beams, max_new_tokens=40, do_sample=False, length_penalty=1.0,
+            early_stopping=True,
+        )  # fmt: skip
+    want = tokenizer.batch_decode(out, skip_special_tokens=True)
+    strategy = Strategy.beam if beams > 1 else Strategy.greedy
+    decode = DecodeConfig(
+        strategy=strategy, beam_size=beams, length_penalty=LengthPenalty.average,
+        max_len_a=0.0, max_len_b=40,
+    )  # fmt: skip
+    translator = Translator.from_checkpoint(ours, decode, "cpu")
+    assert translator.translate(texts) == want
+    assert len(set(want)) > 90  # translations of their own, not one string for all
+
+
+def test_bad_words_pad_is_blocked(tmp_path, demo_dir):
+    hf = write_marian(tmp_path / "hf", demo_dir, bad_pad=True, steps=0)
+    ckpt = load_checkpoint(import_marian(str(hf), tmp_path / "nmt"))
+    bias = ckpt.payload["model"]["decoder.out.bias"]
+    assert bias[PAD] == BLOCKED and bias[BOS] == BLOCKED and (bias[EOS + 1 :] > BLOCKED).all()
+
+
+def test_the_command_imports_and_translates(marian, tmp_path, capsys):
+    hf_dir, _ = marian
+    out = tmp_path / "imported"
+    assert cli.import_model([f"source={hf_dir}", f"out={out}"]) == 0
+    assert (out / "ckpt.pt").is_file() and str(out) in capsys.readouterr().out
+    # the same directory again: refused, nothing touched
+    assert cli.import_model([f"source={hf_dir}", f"out={out}"]) == 2
+    assert "exists" in capsys.readouterr().err
+
+
+def test_what_nmt_cannot_run_is_refused_by_name(tmp_path, demo_dir):
+    bart = tmp_path / "bart"
+    bart.mkdir()
+    (bart / "config.json").write_text(json.dumps({"model_type": "m2m_100"}))
+    with pytest.raises(NMTError, match="m2m_100.*Marian"):
+        import_marian(str(bart), tmp_path / "out")
+    odd = write_marian(tmp_path / "odd", demo_dir, steps=0, decoder_ffn_dim=128)
+    with pytest.raises(NMTError, match="decoder_ffn_dim=128"):
+        import_marian(str(odd), tmp_path / "out2")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out2").exists()
+
+
+def test_fine_tuning_the_import_with_nmt_train_improves_it(marian, tmp_path, demo_dir):
+    """nmt-train --config-dir OUT model=imported train.init_from=OUT: the imported architecture
+    and tokenizer, trained on; valid BLEU rises."""
+    import sacrebleu
+
+    _, ours = marian
+    run = tmp_path / "tuned"
+    args = [
+        "--config-dir", str(ours), "model=imported", f"train.init_from={ours}", "data=demo",
+        f"data.local_dir={demo_dir}", f"run_dir={run}", "train.max_steps=100",
+        "train.valid_every=100", "train.lr=0.001", "train.batch_tokens=1000",
+    ]  # fmt: skip
+    assert cli.train(args) == 0
+    src = (demo_dir / "valid.de").read_text("utf-8").splitlines()
+    ref = (demo_dir / "valid.en").read_text("utf-8").splitlines()
+    greedy = DecodeConfig(strategy=Strategy.greedy)
+
+    def bleu(ckpt: Path) -> float:
+        hyps = Translator.from_checkpoint(ckpt, greedy, "cpu").translate(src)
+        return sacrebleu.corpus_bleu(hyps, [ref]).score
+
+    before, after = bleu(ours), bleu(run / "checkpoints" / "last")
+    assert after > before + 1.0, (before, after)
