@@ -84,6 +84,13 @@ class Optimizer(str, Enum):
     adamw = "adamw"
 
 
+class Frozen(str, Enum):
+    """Parts of a model that training leaves as they are (train.freeze), to fine-tune the rest."""
+
+    embeddings = "embeddings"  # every embedding table: a tied output layer's weight with them
+    encoder = "encoder"  # the whole encoder, its embeddings included (shared: the decoder's too)
+
+
 class Scheduler(str, Enum):
     constant = "constant"  # warm-up, then constant
     plateau = "plateau"  # warm-up, then multiply by `plateau_factor` when validation stalls
@@ -448,6 +455,7 @@ class TrainConfig:
     resume: bool = False  # continue exactly from run_dir/checkpoints/last
     overwrite: bool = False  # allow starting over in a run_dir that has checkpoints
     init_from: str | None = None  # a checkpoint: new run from its weights and tokenizer
+    freeze: list[Frozen] = field(default_factory=list)  # parts not trained: embeddings, encoder
     max_bad_updates: int = 5  # NaN/inf or out-of-memory updates in a row before the run stops
 
     def __post_init__(self) -> None:

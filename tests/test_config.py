@@ -65,6 +65,7 @@ REQUIRED = {
     "serve": ["ckpt=x"],
     "export": ["ckpt=x", "out=y"],
     "score": ["ckpt=x"],
+    "import": ["source=x", "out=y"],
 }
 
 

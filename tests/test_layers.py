@@ -9,7 +9,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "nmt"
 # the packages by job, above the core (every other module of nmt/); siblings never import each other
-LAYERS = {"cli": 2, "training": 1, "serving": 1, "export": 1}
+LAYERS = {"cli": 2, "training": 1, "serving": 1, "export": 1, "pretrained": 1}
 
 
 def module_name(path: Path) -> str:

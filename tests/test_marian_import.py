@@ -263,3 +263,78 @@ def test_fine_tuning_the_import_with_nmt_train_improves_it(marian, tmp_path, dem
 
     before, after = bleu(ours), bleu(run / "checkpoints" / "last")
     assert after > before + 1.0, (before, after)
+
+
+def test_every_tool_takes_the_imported_model(marian, demo_dir, tmp_path, capsys):
+    """nmt-serve (page info, attention, search tree, prefix: the explorer's requests), constraints,
+    banned phrases, an ensemble with a model of the same tokenizer, nmt-score, nmt-evaluate, int8
+    and the CTranslate2 export, on the imported checkpoint."""
+    from starlette.testclient import TestClient
+
+    from nmt.run_config import ServeRunConfig
+    from nmt.serving.app import load_app
+
+    _, ours = marian
+    texts = sentences(demo_dir, 4)
+    beam = DecodeConfig(strategy=Strategy.beam, beam_size=4)
+    translator = Translator.from_checkpoint(ours, beam, "cpu")
+    plain = translator.translate(texts)
+    serve = ServeRunConfig(ckpt=str(ours), decode=beam, device="cpu")
+    with TestClient(load_app(serve)) as client:
+        assert client.get("/info").status_code == 200
+        body = {"text": texts[0], "attention": True, "beam_tree": True, "prefix": "I see"}
+        answer = client.post("/translate", json=body)
+        assert answer.status_code == 200, answer.text
+        [result] = answer.json()["translations"]
+        assert result["text"].startswith("I see") and result["beam_tree"]["nodes"]
+        assert len(result["attention"]) > 0
+    # a constraint appears, a banned word does not
+    [forced] = translator.translate([texts[0]], constraints=[["birds"]])
+    assert "birds" in forced
+    banned = translator.translate(texts, banned=["I"])
+    assert all(not t.startswith("I ") for t in banned)
+    # an ensemble of the import with itself translates as the import alone
+    assert Translator.from_checkpoints([ours, ours], beam, "cpu").translate(texts) == plain
+    # int8: a setting of the same model
+    int8 = DecodeConfig(strategy=Strategy.beam, beam_size=4, precision="int8")
+    assert len(Translator.from_checkpoint(ours, int8, "cpu").translate(texts)) == len(texts)
+    # nmt-score and nmt-evaluate
+    src, hyp = tmp_path / "src.de", tmp_path / "hyp.en"
+    src.write_text("\n".join(texts) + "\n", "utf-8")
+    hyp.write_text("\n".join(plain) + "\n", "utf-8")
+    assert cli.score([f"ckpt={ours}", f"src={src}", f"hyp={hyp}"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == len(texts)
+    args = [f"ckpt={ours}", "data=demo", f"data.local_dir={demo_dir}", "split=test"]
+    assert cli.evaluate([*args, "decode=greedy"]) == 0
+    assert "BLEU" in capsys.readouterr().out
+    # CTranslate2 reads the export and writes what nmt writes (greedy)
+    pytest.importorskip("ctranslate2")
+    from nmt.export.ct2 import CT2Translator
+
+    out = tmp_path / "ct2"
+    assert cli.export([f"ckpt={ours}", "format=ctranslate2", f"out={out}"]) == 0
+    greedy = DecodeConfig(strategy=Strategy.greedy)
+    want = Translator.from_checkpoint(ours, greedy, "cpu").translate(texts)
+    assert CT2Translator(out, greedy).translate(texts) == want
+
+
+def test_frozen_parts_stay_as_they_were(marian, tmp_path, demo_dir):
+    """train.freeze=[encoder] (the shared table with it) trains the decoder alone;
+    train.freeze=[embeddings] leaves the table and trains the rest."""
+    _, ours = marian
+    start = load_checkpoint(ours).payload["model"]
+    for parts, frozen in (("[encoder]", ("encoder.",)), ("[embeddings]", ("encoder.embed.",))):
+        run = tmp_path / parts.strip("[]")
+        args = [
+            "--config-dir", str(ours), "model=imported", f"train.init_from={ours}", "data=demo",
+            f"data.local_dir={demo_dir}", f"run_dir={run}", "train.max_steps=5",
+            "train.valid_every=5", f"train.freeze={parts}",
+        ]  # fmt: skip
+        assert cli.train(args) == 0
+        tuned = load_checkpoint(run / "checkpoints" / "last").payload["model"]
+        for key, value in start.items():
+            same = torch.equal(tuned[key], value)
+            if key.startswith(frozen) or key == "decoder.embed.table.weight":
+                assert same, key
+            elif key.endswith(".weight") and "norm" not in key:
+                assert not same, key

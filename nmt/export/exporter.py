@@ -33,7 +33,7 @@ from nmt.export.graphs import Graphs, TensorSpec, export_graphs
 from nmt.export.runtime import MANIFEST
 from nmt.models import restore_model
 from nmt.run_config import ExportFormat, ExportRunConfig, flatten
-from nmt.tokenizer import BOS, EOS, PAD, UNK, Vocabs
+from nmt.tokenizer import BOS, EOS, PAD, UNK, MarianVocab, Vocabs
 
 GRAPH_FILES = {
     ExportFormat.onnx: ("encoder.onnx", "decoder_step.onnx"),
@@ -109,6 +109,8 @@ def _common_manifest(ckpt: Checkpoint, fmt: ExportFormat) -> dict:
             "src": vocabs.src.path.name,
             "tgt": vocabs.tgt.path.name,
             "joint": vocabs.joint,
+            # "marian": an imported Marian tokenizer (`MarianVocab`), whose *_pieces is its list
+            "kind": "marian" if isinstance(vocabs.src, MarianVocab) else "sentencepiece",
             # pruned sides: id i is the sentencepiece id on line i of this file (id, tab, piece)
             "src_pieces": None if vocabs.src.kept_path is None else vocabs.src.kept_path.name,
             "tgt_pieces": None if vocabs.tgt.kept_path is None else vocabs.tgt.kept_path.name,

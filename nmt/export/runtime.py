@@ -26,7 +26,7 @@ from nmt.config import DecodeConfig, Precision, Strategy
 from nmt.errors import NMTError
 from nmt.inputs import Sources, TargetTags, clean, length_batches, prefix_ids
 from nmt.request import Request, prepare
-from nmt.tokenizer import BOS, EOS, PAD, Vocab, Vocabs
+from nmt.tokenizer import BOS, EOS, PAD, MarianVocab, Vocab, Vocabs
 
 MANIFEST = "manifest.json"
 
@@ -229,9 +229,11 @@ def manifest_vocabs(directory: Path, manifest: dict) -> tuple[Vocab, Vocab]:
     vocabs = []
     for side in ("src", "tgt"):
         pieces = tokenizer.get(f"{side}_pieces")
-        vocabs.append(
-            Vocab(directory / tokenizer[side], None if pieces is None else directory / pieces)
-        )
+        pieces = None if pieces is None else directory / pieces
+        if tokenizer.get("kind") == "marian":
+            vocabs.append(MarianVocab(directory / tokenizer[side], pieces))
+        else:
+            vocabs.append(Vocab(directory / tokenizer[side], pieces))
     return vocabs[0], vocabs[1]
 
 

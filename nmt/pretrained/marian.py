@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import shutil
+from collections.abc import Iterator, Mapping
 from enum import Enum
 from pathlib import Path
 
@@ -220,17 +221,41 @@ def id_order(vocab: dict[str, int], hf: dict) -> tuple[list[int], list[str]]:
     return order, pieces
 
 
-def read_weights(directory: Path) -> dict[str, Tensor]:
-    """The tensors of model.safetensors (with the safetensors library), else of pytorch_model.bin
-    (torch.load with weights_only=True, memory-mapped): loading runs no code of the file."""
+class _SafeTensors(Mapping):
+    """The tensors of a safetensors file, each read when asked for (`safe_open`): converting one
+    at a time keeps the import's memory near the size of the converted weights alone."""
+
+    def __init__(self, path: Path) -> None:
+        from safetensors import safe_open
+
+        self._file = safe_open(str(path), framework="pt")
+        self._keys = list(self._file.keys())
+
+    def __getitem__(self, key: str) -> Tensor:
+        if key not in self._keys:
+            raise KeyError(key)
+        return self._file.get_tensor(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+
+def read_weights(directory: Path) -> Mapping[str, Tensor]:
+    """The tensors of model.safetensors (with the safetensors library, each read when used),
+    else of pytorch_model.bin (torch.load with weights_only=True, memory-mapped): loading runs
+    no code of the file."""
     safetensors = directory / "model.safetensors"
     if safetensors.is_file():
         try:
-            from safetensors.torch import load_file
+            return _SafeTensors(safetensors)
         except ImportError as err:
             need = f"reading {safetensors} needs safetensors: pip install safetensors"
             raise NMTError(need) from err
-        return load_file(safetensors)
+        except Exception as err:  # a damaged header
+            raise NMTError(f"cannot read {safetensors}: {err}") from err
     pickled = directory / "pytorch_model.bin"
     if not pickled.is_file():
         raise NMTError(f"{directory} has no model.safetensors or pytorch_model.bin")
@@ -241,33 +266,47 @@ def read_weights(directory: Path) -> dict[str, Tensor]:
 
 
 def convert_weights(
-    weights: dict[str, Tensor], hf: dict, order: list[int], blocked: list[int]
+    weights: Mapping[str, Tensor], hf: dict, order: list[int], blocked: list[int]
 ) -> dict[str, Tensor]:
     """Hugging Face's MarianMTModel state dict -> nmt's Transformer's (see the module's notes
-    for the ids); the output bias of the ids in `blocked` is `BLOCKED`."""
-    w = {k.removeprefix("model."): v for k, v in weights.items()}
+    for the ids); the output bias of the ids in `blocked` is `BLOCKED`. Every tensor returned is
+    a float32 tensor of its own (none a view of a memory-mapped file)."""
+
+    def has(key: str) -> bool:
+        return f"model.{key}" in weights or key in weights
+
+    def get(key: str) -> Tensor:
+        for name in (f"model.{key}", key):
+            if name in weights:
+                return weights[name]
+        raise NMTError(f"the weights have no {key}: not a MarianMTModel's")
+
+    def own(x: Tensor) -> Tensor:
+        return x.to(torch.float32, copy=True).contiguous()
+
     index = torch.tensor(order)
-    table = w["shared.weight"] if "shared.weight" in w else w["encoder.embed_tokens.weight"]
-    state = {"encoder.embed.table.weight": table.index_select(0, index).float()}
-    state["decoder.embed.table.weight"] = state["encoder.embed.table.weight"]
-    bias = w.get("final_logits_bias", torch.zeros(1, hf["vocab_size"]))[0]
-    bias = bias.index_select(0, index).float().clone()
+    # tied tables are saved once, under one of their names
+    shared = "shared.weight" if has("shared.weight") else "encoder.embed_tokens.weight"
+    table = get(shared).index_select(0, index).float()
+    state = {"encoder.embed.table.weight": table, "decoder.embed.table.weight": table}
+    has_bias = has("final_logits_bias")
+    bias = get("final_logits_bias")[0] if has_bias else torch.zeros(hf["vocab_size"])
+    bias = bias.index_select(0, index).float()
     bias[blocked] = BLOCKED
     state["decoder.out.bias"] = bias
     if not hf.get("tie_word_embeddings", True):
-        state["decoder.out.weight"] = w["lm_head.weight"].index_select(0, index).float()
+        state["decoder.out.weight"] = get("lm_head.weight").index_select(0, index).float()
 
     def attention(src: str, dst: str) -> None:
         for part in ("weight", "bias"):
-            state[f"{dst}.q.{part}"] = w[f"{src}.q_proj.{part}"]
-            state[f"{dst}.kv.{part}"] = torch.cat(
-                [w[f"{src}.k_proj.{part}"], w[f"{src}.v_proj.{part}"]]
-            )
-            state[f"{dst}.out.{part}"] = w[f"{src}.out_proj.{part}"]
+            state[f"{dst}.q.{part}"] = own(get(f"{src}.q_proj.{part}"))
+            keys, values = get(f"{src}.k_proj.{part}"), get(f"{src}.v_proj.{part}")
+            state[f"{dst}.kv.{part}"] = torch.cat([keys, values]).float()
+            state[f"{dst}.out.{part}"] = own(get(f"{src}.out_proj.{part}"))
 
     def copy(src: str, dst: str) -> None:
         for part in ("weight", "bias"):
-            state[f"{dst}.{part}"] = w[f"{src}.{part}"]
+            state[f"{dst}.{part}"] = own(get(f"{src}.{part}"))
 
     for i in range(hf["encoder_layers"]):
         src, dst = f"encoder.layers.{i}", f"encoder.layers.{i}"
@@ -285,8 +324,7 @@ def convert_weights(
         copy(f"{src}.fc1", f"{dst}.feed_forward.0")
         copy(f"{src}.fc2", f"{dst}.feed_forward.3")
         copy(f"{src}.final_layer_norm", f"{dst}.sub_ff.norm")
-    # a memory-mapped or shared tensor is copied into a tensor of its own, in float32
-    return {k: v.float().contiguous().clone() for k, v in state.items()}
+    return state
 
 
 def run_config(

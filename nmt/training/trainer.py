@@ -17,13 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from nmt.batches import epoch_batches, fixed_shape
 from nmt.checkpoint import Checkpoint, point, prune, save_checkpoint
-from nmt.config import Metric, Optimizer, Precision
+from nmt.config import Frozen, Metric, Optimizer, Precision
 from nmt.device import autocast, check_precision, resolve_device
 from nmt.errors import NMTError
 from nmt.models.seq2seq import Seq2Seq
@@ -81,6 +82,19 @@ def _better(metric: Metric, new: float, best: float | None) -> bool:
     return new > best if metric == Metric.bleu else new < best
 
 
+def freeze(model: nn.Module, parts: list[Frozen]) -> None:
+    """Leave `parts` out of training (train.freeze): their parameters get no gradient, so the
+    optimizer never moves them. A table shared by both sides and the output layer is one
+    parameter: freezing it freezes it everywhere."""
+    for part in parts:
+        if part == Frozen.encoder:
+            modules = [model.encoder]
+        else:
+            modules = [m for m in model.modules() if isinstance(m, nn.Embedding)]
+        for module in modules:
+            module.requires_grad_(False)
+
+
 class Trainer:
     """The loop of one run over the model and data it is given; `run()` trains.
 
@@ -102,6 +116,7 @@ class Trainer:
         self.run_dir = Path(cfg.run_dir)
         self.root = self.run_dir / "checkpoints"
         self.model = model.to(device)  # the module itself: validation, search, checkpoints
+        freeze(self.model, cfg.train.freeze)
         self.train_model: torch.nn.Module = self.model  # what the training forward calls
         if where.active:
             ids = [device.index] if device.type == "cuda" else None
@@ -335,11 +350,13 @@ class Trainer:
         per_update = cfg.accum_steps * where.world  # batches consumed by one update
         if where.main:
             params = sum(p.numel() for p in self.model.parameters())
+            frozen = sum(p.numel() for p in self.model.parameters() if not p.requires_grad)
             ranks = f" x {where.world} processes" if where.active else ""
             log.info(
-                "%d training pairs, vocab %d/%d, %.2fM parameters, device %s%s, run %s",
+                "%d training pairs, vocab %d/%d, %.2fM parameters%s, device %s%s, run %s",
                 len(self.data.train), len(self.data.vocabs.src), len(self.data.vocabs.tgt),
-                params / 1e6, self.device, ranks, self.run_dir,
+                params / 1e6, f" ({frozen / 1e6:.2f}M frozen)" if frozen else "", self.device,
+                ranks, self.run_dir,
             )  # fmt: skip
         bar = tqdm(
             total=cfg.max_steps, initial=progress.step, desc="train",

@@ -1,0 +1,129 @@
+"""Time and memory of `nmt-import` on a Marian model of OPUS-MT's size, printed as JSON.
+
+    python scripts/bench_import.py                      # a random-weight opus-mt-de-en twin
+    python scripts/bench_import.py --source DIR         # a Marian directory of your own
+
+Without --source, a MarianMTModel with OPUS-MT de-en's shape (6+6 layers, d 512, 8 heads, ff
+2048, swish, 58,101 pieces: 74M parameters) and random weights is saved with `transformers`'
+save_pretrained (safetensors) and also as pytorch_model.bin, with sentencepiece models trained
+on the text given by --text (tokenization does not change the import's cost). Each format is
+imported --repeats times in a fresh process (`nmt-import`); the figures are the medians of its
+wall time and of its peak resident memory, beside the size of the weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+
+MEASURE = """
+import resource, sys, time
+start = time.perf_counter()
+from nmt.cli import main
+code = main.import_model(sys.argv[1:])
+seconds = time.perf_counter() - start
+print(seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, code)
+"""
+
+
+def opus_twin(out: Path, text: Path, pieces: int) -> None:
+    """A random-weight Marian model of opus-mt-de-en's configuration, in the Hugging Face layout."""
+    import sentencepiece as spm
+    import transformers
+
+    out.mkdir(parents=True)
+    lines = text.read_text("utf-8").splitlines()[:20000]
+    for name in ("source", "target"):
+        spm.SentencePieceTrainer.Train(
+            sentence_iterator=iter(lines), model_prefix=str(out / name), vocab_size=4000,
+            num_threads=1, minloglevel=2, hard_vocab_limit=False,
+        )  # fmt: skip
+        (out / f"{name}.model").rename(out / f"{name}.spm")
+        (out / f"{name}.vocab").unlink()
+    vocab = {"</s>": 0, "<unk>": 1}
+    sp = spm.SentencePieceProcessor(model_file=str(out / "source.spm"))
+    for i in range(sp.GetPieceSize()):
+        vocab.setdefault(sp.IdToPiece(i), len(vocab))
+    while len(vocab) < pieces - 1:  # OPUS-MT's size: pieces no text here uses
+        vocab[f"▁filler{len(vocab)}"] = len(vocab)
+    vocab["<pad>"] = len(vocab)
+    (out / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), "utf-8")
+    config = transformers.MarianConfig(
+        vocab_size=len(vocab), decoder_vocab_size=len(vocab), d_model=512, encoder_layers=6,
+        decoder_layers=6, encoder_attention_heads=8, decoder_attention_heads=8,
+        encoder_ffn_dim=2048, decoder_ffn_dim=2048, activation_function="swish",
+        max_position_embeddings=512, pad_token_id=vocab["<pad>"], eos_token_id=0,
+        decoder_start_token_id=vocab["<pad>"], scale_embedding=True,
+    )  # fmt: skip
+    model = transformers.MarianMTModel(config)
+    model.save_pretrained(out)
+    torch.save(model.state_dict(), out / "pytorch_model.bin")
+
+
+def measure(source: Path, repeats: int) -> dict:
+    runs = []
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as tmp:
+            done = subprocess.run(
+                [sys.executable, "-c", MEASURE, f"source={source}", f"out={tmp}/imported"],
+                capture_output=True, text=True, check=True, cwd=ROOT,
+            )  # fmt: skip
+            seconds, kilobytes, code = done.stdout.split()[-3:]
+            if code != "0":
+                raise SystemExit(done.stderr)
+            runs.append((float(seconds), int(kilobytes) * 1024))
+    return {
+        "seconds": round(statistics.median(s for s, _ in runs), 2),
+        "peak_rss_mb": round(statistics.median(m for _, m in runs) / 2**20, 1),
+        "runs": [[round(s, 2), round(m / 2**20, 1)] for s, m in runs],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--source", type=Path, help="a Marian directory (default: a twin)")
+    parser.add_argument("--text", type=Path, default=ROOT / "data" / "demo" / "train.de")
+    parser.add_argument("--pieces", type=int, default=58101)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp())
+    try:
+        source = args.source
+        if source is None:
+            source = work / "twin"
+            opus_twin(source, args.text, args.pieces)
+        weights = {}
+        for name in ("model.safetensors", "pytorch_model.bin"):
+            if (source / name).is_file():
+                weights[name] = source / name
+        result = {"source": str(args.source or "random opus-mt-de-en twin"), "formats": {}}
+        for name, path in weights.items():
+            alone = work / name.replace(".", "_")
+            alone.mkdir()
+            for item in source.iterdir():  # the directory with this one weights file
+                if item.is_file() and (item.name == name or item.name not in weights):
+                    (alone / item.name).symlink_to(item.resolve())
+            row = measure(alone, args.repeats)
+            row["weights_mb"] = round(path.stat().st_size / 2**20, 1)
+            row["peak_over_weights"] = round(row["peak_rss_mb"] / row["weights_mb"], 2)
+            result["formats"][name] = row
+        result["torch"] = torch.__version__
+        result["time"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+        print(json.dumps(result, indent=1))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
