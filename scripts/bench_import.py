@@ -8,7 +8,8 @@ Without --source, a MarianMTModel with OPUS-MT de-en's shape (6+6 layers, d 512,
 save_pretrained (safetensors) and also as pytorch_model.bin, with sentencepiece models trained
 on the text given by --text (tokenization does not change the import's cost). Each format is
 imported --repeats times in a fresh process (`nmt-import`); the figures are the medians of its
-wall time and of its peak resident memory, beside the size of the weights.
+wall time, of its peak resident memory, and of that peak less the peak before the import (the
+interpreter with torch and nmt loaded), beside the size of the weights file.
 """
 
 from __future__ import annotations
@@ -27,13 +28,17 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# the command in a fresh process: its wall time from the start of the import, the peak resident
+# memory, and the peak before the import (the interpreter, torch and nmt loaded)
 MEASURE = """
 import resource, sys, time
-start = time.perf_counter()
 from nmt.cli import main
+import nmt.pretrained.marian
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+start = time.perf_counter()
 code = main.import_model(sys.argv[1:])
 seconds = time.perf_counter() - start
-print(seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, code)
+print(seconds, base, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, code)
 """
 
 
@@ -79,14 +84,16 @@ def measure(source: Path, repeats: int) -> dict:
                 [sys.executable, "-c", MEASURE, f"source={source}", f"out={tmp}/imported"],
                 capture_output=True, text=True, check=True, cwd=ROOT,
             )  # fmt: skip
-            seconds, kilobytes, code = done.stdout.split()[-3:]
+            seconds, base, peak, code = done.stdout.split()[-4:]
             if code != "0":
                 raise SystemExit(done.stderr)
-            runs.append((float(seconds), int(kilobytes) * 1024))
+            runs.append((float(seconds), int(base) / 1024, int(peak) / 1024))
     return {
-        "seconds": round(statistics.median(s for s, _ in runs), 2),
-        "peak_rss_mb": round(statistics.median(m for _, m in runs) / 2**20, 1),
-        "runs": [[round(s, 2), round(m / 2**20, 1)] for s, m in runs],
+        "seconds": round(statistics.median(s for s, _, _ in runs), 2),
+        "peak_rss_mb": round(statistics.median(p for _, _, p in runs), 1),
+        "before_import_rss_mb": round(statistics.median(b for _, b, _ in runs), 1),
+        "import_mb": round(statistics.median(p - b for _, b, p in runs), 1),
+        "runs": [[round(s, 2), round(b, 1), round(p, 1)] for s, b, p in runs],
     }
 
 
@@ -117,6 +124,7 @@ def main() -> None:
             row = measure(alone, args.repeats)
             row["weights_mb"] = round(path.stat().st_size / 2**20, 1)
             row["peak_over_weights"] = round(row["peak_rss_mb"] / row["weights_mb"], 2)
+            row["import_over_weights"] = round(row["import_mb"] / row["weights_mb"], 2)
             result["formats"][name] = row
         result["torch"] = torch.__version__
         result["time"] = time.strftime("%Y-%m-%dT%H:%M:%S")

@@ -29,7 +29,6 @@ import json
 import logging
 import os
 import shutil
-from collections.abc import Iterator, Mapping
 from enum import Enum
 from pathlib import Path
 
@@ -221,32 +220,31 @@ def id_order(vocab: dict[str, int], hf: dict) -> tuple[list[int], list[str]]:
     return order, pieces
 
 
-class _SafeTensors(Mapping):
-    """The tensors of a safetensors file, each read when asked for (`safe_open`): converting one
-    at a time keeps the import's memory near the size of the converted weights alone."""
+class _SafeTensors:
+    """The tensors of a safetensors file, each read when taken (`pop`): the file is opened for
+    each, so that no mapping of the whole file stays in memory while the weights are converted."""
 
     def __init__(self, path: Path) -> None:
         from safetensors import safe_open
 
-        self._file = safe_open(str(path), framework="pt")
-        self._keys = list(self._file.keys())
+        self._open = lambda: safe_open(str(path), framework="pt")
+        with self._open() as f:
+            self._keys = set(f.keys())
 
-    def __getitem__(self, key: str) -> Tensor:
-        if key not in self._keys:
-            raise KeyError(key)
-        return self._file.get_tensor(key)
+    def __contains__(self, key: str) -> bool:
+        return key in self._keys
 
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._keys)
-
-    def __len__(self) -> int:
-        return len(self._keys)
+    def pop(self, key: str) -> Tensor:
+        self._keys.remove(key)
+        with self._open() as f:
+            return f.get_tensor(key)
 
 
-def read_weights(directory: Path) -> Mapping[str, Tensor]:
-    """The tensors of model.safetensors (with the safetensors library, each read when used),
-    else of pytorch_model.bin (torch.load with weights_only=True, memory-mapped): loading runs
-    no code of the file."""
+def read_weights(directory: Path) -> _SafeTensors | dict[str, Tensor]:
+    """The tensors of model.safetensors (with the safetensors library, each read when taken),
+    else of pytorch_model.bin (torch.load with weights_only=True): loading runs no code of the
+    file. `convert_weights` takes each tensor out as it converts it, so the import holds about
+    one copy of the weights at a time."""
     safetensors = directory / "model.safetensors"
     if safetensors.is_file():
         try:
@@ -260,17 +258,17 @@ def read_weights(directory: Path) -> Mapping[str, Tensor]:
     if not pickled.is_file():
         raise NMTError(f"{directory} has no model.safetensors or pytorch_model.bin")
     try:
-        return torch.load(pickled, map_location="cpu", weights_only=True, mmap=True)
+        return torch.load(pickled, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises many types for files it refuses
         raise NMTError(f"cannot read {pickled}: {str(err).splitlines()[0]}") from err
 
 
 def convert_weights(
-    weights: Mapping[str, Tensor], hf: dict, order: list[int], blocked: list[int]
+    weights: _SafeTensors | dict[str, Tensor], hf: dict, order: list[int], blocked: list[int]
 ) -> dict[str, Tensor]:
     """Hugging Face's MarianMTModel state dict -> nmt's Transformer's (see the module's notes
-    for the ids); the output bias of the ids in `blocked` is `BLOCKED`. Every tensor returned is
-    a float32 tensor of its own (none a view of a memory-mapped file)."""
+    for the ids); the output bias of the ids in `blocked` is `BLOCKED`. Each tensor is taken out
+    of `weights` as it is converted into a float32 tensor of its own."""
 
     def has(key: str) -> bool:
         return f"model.{key}" in weights or key in weights
@@ -278,7 +276,7 @@ def convert_weights(
     def get(key: str) -> Tensor:
         for name in (f"model.{key}", key):
             if name in weights:
-                return weights[name]
+                return weights.pop(name)
         raise NMTError(f"the weights have no {key}: not a MarianMTModel's")
 
     def own(x: Tensor) -> Tensor:
