@@ -46,6 +46,7 @@ def tokenizer_files(out: Path, src: list[str], tgt: list[str], pieces: int) -> d
         spm.SentencePieceTrainer.Train(
             sentence_iterator=iter(lines), model_prefix=str(out / name), vocab_size=pieces,
             model_type="unigram", character_coverage=1.0, num_threads=1, minloglevel=2,
+            hard_vocab_limit=False,
         )  # fmt: skip
         (out / f"{name}.model").rename(out / f"{name}.spm")
         (out / f"{name}.vocab").unlink()

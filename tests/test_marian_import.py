@@ -338,3 +338,31 @@ def test_frozen_parts_stay_as_they_were(marian, tmp_path, demo_dir):
                 assert same, key
             elif key.endswith(".weight") and "norm" not in key:
                 assert not same, key
+
+
+def test_a_hub_id_is_fetched_and_an_offline_hub_is_one_clear_error(marian, tmp_path, monkeypatch):
+    """source=OWNER/NAME goes through huggingface_hub's snapshot_download (here answering with
+    the local directory, the hub being out of reach); its failure is one NMTError naming the id."""
+    import huggingface_hub
+
+    hf_dir, _ = marian
+    asked = []
+
+    def snapshot(repo_id, allow_patterns):
+        asked.append((repo_id, allow_patterns))
+        return str(hf_dir)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot)
+    out = import_marian("Helsinki-NLP/opus-mt-de-en", tmp_path / "from_hub")
+    assert (out / "ckpt.pt").is_file() and asked[0][0] == "Helsinki-NLP/opus-mt-de-en"
+    assert "config.json" in asked[0][1] and not any(p.endswith(".py") for p in asked[0][1])
+
+    def offline(repo_id, allow_patterns):
+        raise OSError("the hub cannot be reached")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
+    with pytest.raises(NMTError, match="cannot fetch Helsinki-NLP/x .*cannot be reached"):
+        import_marian("Helsinki-NLP/x", tmp_path / "offline")
+    with pytest.raises(NMTError, match="not a directory, nor a hub id"):
+        import_marian("no/such/dir", tmp_path / "nowhere")
+    assert not (tmp_path / "offline").exists()
