@@ -283,9 +283,16 @@ def convert_weights(
         return x.to(torch.float32, copy=True).contiguous()
 
     index = torch.tensor(order)
-    # tied tables are saved once, under one of their names
+    # tied tables are saved once (safetensors) or under every name, one storage (a pickle):
+    # the other names are dropped too, so that the storage goes as soon as it is converted
     shared = "shared.weight" if has("shared.weight") else "encoder.embed_tokens.weight"
     table = get(shared).index_select(0, index).float()
+    aliases = ["encoder.embed_tokens.weight", "decoder.embed_tokens.weight"]
+    if hf.get("tie_word_embeddings", True):
+        aliases.append("lm_head.weight")
+    for alias in aliases:
+        if isinstance(weights, dict):  # a safetensors file reads nothing it is not asked for
+            weights.pop(f"model.{alias}", weights.pop(alias, None))
     state = {"encoder.embed.table.weight": table, "decoder.embed.table.weight": table}
     has_bias = has("final_logits_bias")
     bias = get("final_logits_bias")[0] if has_bias else torch.zeros(hf["vocab_size"])
