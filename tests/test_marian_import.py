@@ -23,6 +23,8 @@ from nmt.tokenizer import BOS, EOS, PAD
 from nmt.translate import Translator
 
 transformers = pytest.importorskip("transformers")
+# MarianTokenizer recommends sacremoses for a normaliser its tokenization does not call
+pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
 
 ODD = ["", "   ", "Ein Hund läuft ✓ 漢字 über die Straße.", ">>fra<< Ich sehe zwei Vögel.",
        "zwei " * 200, "Er zählt\tdrei\u00a0Vögel."]  # fmt: skip
