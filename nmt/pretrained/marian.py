@@ -61,6 +61,19 @@ FILES = [
     "config.json", "generation_config.json", "model.safetensors", "pytorch_model.bin",
     "vocab.json", "source.spm", "target.spm", "tokenizer_config.json",
 ]  # fmt: skip
+# per layer of each side: Hugging Face's sublayer -> nmt's (an attention's four projections, or a
+# linear / LayerNorm's weight and bias)
+LAYER_PARTS = {
+    "encoder": [
+        ("self_attn", "attention"), ("self_attn_layer_norm", "sub_attention.norm"),
+        ("fc1", "feed_forward.0"), ("fc2", "feed_forward.3"), ("final_layer_norm", "sub_ff.norm"),
+    ],
+    "decoder": [
+        ("self_attn", "self_attention"), ("self_attn_layer_norm", "sub_self.norm"),
+        ("encoder_attn", "cross_attention"), ("encoder_attn_layer_norm", "sub_cross.norm"),
+        ("fc1", "feed_forward.0"), ("fc2", "feed_forward.3"), ("final_layer_norm", "sub_ff.norm"),
+    ],
+}  # fmt: skip
 NOT_DATA = "none: pass data=... to nmt-evaluate or nmt-train"  # the imported run's data.local_dir
 # the model as a config option, for fine-tuning: nmt-train --config-dir OUT model=imported ...
 MODEL_OPTION = Path("model") / "imported.yaml"
@@ -313,22 +326,11 @@ def convert_weights(
         for part in ("weight", "bias"):
             state[f"{dst}.{part}"] = own(get(f"{src}.{part}"))
 
-    for i in range(hf["encoder_layers"]):
-        src, dst = f"encoder.layers.{i}", f"encoder.layers.{i}"
-        attention(f"{src}.self_attn", f"{dst}.attention")
-        copy(f"{src}.self_attn_layer_norm", f"{dst}.sub_attention.norm")
-        copy(f"{src}.fc1", f"{dst}.feed_forward.0")
-        copy(f"{src}.fc2", f"{dst}.feed_forward.3")
-        copy(f"{src}.final_layer_norm", f"{dst}.sub_ff.norm")
-    for i in range(hf["decoder_layers"]):
-        src, dst = f"decoder.layers.{i}", f"decoder.layers.{i}"
-        attention(f"{src}.self_attn", f"{dst}.self_attention")
-        copy(f"{src}.self_attn_layer_norm", f"{dst}.sub_self.norm")
-        attention(f"{src}.encoder_attn", f"{dst}.cross_attention")
-        copy(f"{src}.encoder_attn_layer_norm", f"{dst}.sub_cross.norm")
-        copy(f"{src}.fc1", f"{dst}.feed_forward.0")
-        copy(f"{src}.fc2", f"{dst}.feed_forward.3")
-        copy(f"{src}.final_layer_norm", f"{dst}.sub_ff.norm")
+    for side, parts in LAYER_PARTS.items():
+        for i in range(hf[f"{side}_layers"]):
+            for theirs, ours in parts:
+                convert = attention if theirs.endswith("attn") else copy
+                convert(f"{side}.layers.{i}.{theirs}", f"{side}.layers.{i}.{ours}")
     return state
 
 
