@@ -550,6 +550,11 @@ class DecodeConfig:
     # not measured: its training at small batches was slower in bf16, docs/gpu.md), and outputs
     # may differ from fp32 where two hypotheses score within bf16's rounding
     precision: Precision = Precision.fp32
+    # run the model's step (the search's one call into the model per step) through torch.compile
+    # (nmt/models/compiled.py): the same tokens as without, scores to float rounding; the first
+    # search of each kind of batch compiles (tens of seconds on a CPU; nmt-serve and the prompt
+    # of nmt-translate do it at load), and a CPU needs a C++ compiler
+    compile: bool = False
     # every translation starts with this target text (a forced prefix, scored by the model):
     # interactive translation, "what if" re-decoding. Per-text prefixes (a call's `prefixes`,
     # nmt-translate's TSV input, the HTTP API's "prefix") take its place (nmt.request)
@@ -575,6 +580,12 @@ class DecodeConfig:
             raise NMTError(f"decode.n_best={self.n_best} exceeds decode.beam_size={self.beam_size}")
         if self.strategy == Strategy.greedy and self.n_best != 1:
             raise NMTError("decode.n_best > 1 needs decode=beam or decode=sample")
+        if self.compile and self.precision == Precision.int8:
+            raise NMTError(
+                "decode.compile=true with decode.precision=int8: torch.compile cannot trace "
+                "torch's int8 products (each is a graph break, slower than either alone); "
+                "choose one"
+            )
         if self.temperature <= 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
             raise NMTError("decode.temperature must be > 0, top_p in (0, 1], top_k >= 0")
         if not self.repetition_penalty > 0:
@@ -620,6 +631,8 @@ class DecodeConfig:
             text += f", shortlist {self.shortlist} per source piece + {self.shortlist_frequent}"
         if self.precision != Precision.fp32:
             text += f", {self.precision.value}"
+        if self.compile:
+            text += ", compiled"
         if self.prefix:
             text += f", prefix {self.prefix!r}"
         if self.banned:

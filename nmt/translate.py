@@ -61,6 +61,7 @@ from nmt.errors import NMTError
 from nmt.inputs import TargetTags, clean, read_sources
 from nmt.lexicon import NO_LEXICON, Lexicon
 from nmt.models import restore_model
+from nmt.models.compiled import check_compile
 from nmt.models.ensemble import check_options, load_ensemble
 from nmt.models.seq2seq import Seq2Seq
 from nmt.phrases import spans
@@ -187,6 +188,8 @@ class Translator:
         if decode == self._checked:
             return
         check_precision(self.device, decode.precision, "decode.precision")
+        if decode.compile:
+            check_compile(self.device)
         if decode.shortlist:
             if self.lexicon is None:
                 raise NMTError(NO_LEXICON)
@@ -316,7 +319,8 @@ class Translator:
         `tgt_lang` is the language of the translations, for a model with target tags (its tag is
         put before each source, as `translate` puts it). Of `decode`, the length penalty, batch
         size, source cap, shortlist and precision count; the search's settings (strategy, length
-        limits, prefix, banned phrases, constraints, step rules) have no part in scoring."""
+        limits, prefix, banned phrases, constraints, step rules, compile) have no part in
+        scoring."""
         if len(sources) != len(translations):
             raise NMTError(f"{len(sources)} sources but {len(translations)} translations")
         decode = decode or self.decode

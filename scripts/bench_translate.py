@@ -3,15 +3,18 @@
     python scripts/bench_translate.py runs/NAME/checkpoints/best \\
         --src ../shared/data/multi30k/test_2016_flickr.de \\
         --ref ../shared/data/multi30k/test_2016_flickr.en \\
-        --strategies greedy beam --batch-sizes 1 64 --precisions fp32,int8 --repeats 3
+        --strategies greedy beam --batch-sizes 1 64 --precisions fp32,int8 --compile --repeats 3
 
 Times `Translator.translate_full` without attention maps (tokenization, search and
 detokenization: what a user waits for) on the whole file, once per (strategy, batch size,
 precision) after a warm-up on the first sentences, `--repeats` times, and reports the median of
-each. The precisions of a (strategy, batch size) alternate within each repeat, so that a drift of
-the machine hits them alike. Beam search uses --beam-size (5) and the gnmt length penalty with
-alpha 1, as decode=beam does. With `--ref`, each row has the sacreBLEU score of its output (and
-the signature).
+each. With `--compile` each precision that can be compiled (not int8) is also timed with
+decode.compile=true, its row named `<precision>-compiled`, after a warm-up over the whole file
+(compiling: its seconds are the row's `warmup_s`), with `same_as_eager`, how many of its
+translations equal those of the same precision uncompiled. The variants of a (strategy, batch
+size) alternate within each repeat, so that a drift of the machine hits them alike. Beam search
+uses --beam-size (5) and the gnmt length penalty with alpha 1, as decode=beam does. With `--ref`,
+each row has the sacreBLEU score of its output (and the signature).
 
 Batch size 1 is one sentence a call, as the REPL, the page and a single HTTP request translate:
 each sentence is timed on its own and the row adds `latency_ms` (p50, p90, p99 over the
@@ -22,10 +25,10 @@ With `--ensemble OTHER [OTHER ...]` it times the checkpoint alone and the ensemb
 others (`Translator.from_checkpoints`, mean of probabilities), alternating, and reports each
 ensemble time over K times the single model's (K members).
 
-The JSON's `"headline"`: beam (batch 64 where timed, else the largest batch size) per precision
-after the first, `<p>_speedup` (the first precision's time over its own) and, with `--ref`,
-`<p>_bleu_delta` (its BLEU minus the first's); with batch size 1 timed, `latency_p50_ms` of beam
-per precision. One torch process should run at a time: two share the cores badly.
+The JSON's `"headline"`: beam (batch 64 where timed, else the largest batch size) per variant
+after the first, `<v>_speedup` (the first variant's time over its own) and, with `--ref`,
+`<v>_bleu_delta` (its BLEU minus the first's); with batch size 1 timed, `latency_p50_ms` of beam
+per variant. One torch process should run at a time: two share the cores badly.
 """
 
 from __future__ import annotations
@@ -56,12 +59,14 @@ def decode_config(
     shortlist: int = 0,
     frequent: int = 100,
     precision: str = "fp32",
+    compile: bool = False,
 ) -> DecodeConfig:
     base = DecodeConfig(
         batch_size=batch_size,
         shortlist=shortlist,
         shortlist_frequent=frequent,
         precision=Precision(precision),
+        compile=compile,
     )
     if strategy == "beam":
         return replace(
@@ -120,9 +125,17 @@ def main() -> None:
         help="decode.precision values, comma-separated (fp32,int8): timed alternating",
     )
     parser.add_argument(
+        "--compile", action="store_true", help="also time each precision with decode.compile"
+    )
+    parser.add_argument(
         "--ensemble", nargs="+", default=[], help="more checkpoints: also time the ensemble"
     )
     args = parser.parse_args()
+    # (name, precision, compiled), in the order they are timed and compared
+    variants = [(p, p, False) for p in args.precisions]
+    if args.compile:
+        variants += [(f"{p}-compiled", p, True) for p in args.precisions if p != "int8"]
+    names = [name for name, _, _ in variants]
 
     ckpt = load_checkpoint(args.ckpt)
     device = resolve_device(args.device)
@@ -165,8 +178,8 @@ def main() -> None:
     results = []
     for strategy in args.strategies:
         for batch_size in args.batch_sizes:
-            passes = {}
-            for precision in args.precisions:
+            passes, warmup = {}, {}
+            for name, precision, compiled in variants:
                 cfg = decode_config(
                     strategy,
                     args.beam_size,
@@ -174,35 +187,44 @@ def main() -> None:
                     args.shortlist,
                     args.shortlist_frequent,
                     precision,
+                    compiled,
                 )
                 translator = Translator(model, ckpt.vocabs, device, ckpt.lexicon, cfg)
-                translator.translate(sentences[:16])  # warm-up: allocator, kernels, caches
-                passes[precision] = (cfg, whole(translator, batch_size))
+                # warm-up: allocator, kernels, caches; compiled, every kind of batch the file has
+                start = time.perf_counter()
+                warm = sentences if compiled and batch_size > 1 else sentences[:16]
+                translator.translate(warm)
+                sync()
+                warmup[name] = time.perf_counter() - start
+                passes[name] = (cfg, whole(translator, batch_size))
                 if args.ensemble:
                     together = Translator.from_checkpoints(members, cfg, args.device)
-                    together.translate(sentences[:16])
-                    passes[precision, "ensemble"] = (cfg, whole(together, batch_size))
+                    together.translate(warm)
+                    passes[name, "ensemble"] = (cfg, whole(together, batch_size))
             times = {key: [] for key in passes}
             outputs = {}
             for _ in range(args.repeats):  # alternating: a drift of the machine hits them alike
                 for key, (_, timed_pass) in passes.items():
                     outputs[key], seconds = timed_pass()
                     times[key].append(seconds)
-            for precision in args.precisions:
-                cfg = passes[precision][0]
-                results.append(
-                    row(strategy, batch_size, cfg, outputs[precision], times[precision], args)
-                )
+            for name, precision, compiled in variants:
+                cfg = passes[name][0]
+                results.append(row(strategy, batch_size, cfg, outputs[name], times[name], args))
+                results[-1].update(variant=name, warmup_s=round(warmup[name], 2))
+                if compiled:
+                    eager = [t.text for t in outputs[precision]]
+                    same = sum(t.text == e for t, e in zip(outputs[name], eager))
+                    results[-1]["same_as_eager"] = f"{same}/{len(eager)}"
                 if references is not None:
                     metric = BLEU()
-                    texts = [t.text for t in outputs[precision]]
+                    texts = [t.text for t in outputs[name]]
                     results[-1]["bleu"] = round(
                         metric.corpus_score(texts, [references[: len(texts)]]).score, 2
                     )
                     results[-1]["bleu_signature"] = str(metric.get_signature())
                 if args.ensemble:
-                    alone = statistics.median(whole_times(times[precision]))
-                    together_s = statistics.median(whole_times(times[precision, "ensemble"]))
+                    alone = statistics.median(whole_times(times[name]))
+                    together_s = statistics.median(whole_times(times[name, "ensemble"]))
                     results[-1]["ensemble"] = {
                         "members": len(members),
                         "median_s": round(together_s, 3),
@@ -217,7 +239,7 @@ def main() -> None:
                 "model": ckpt.config.model.name,
                 "parameters": sum(p.numel() for p in model.parameters()),
                 "source": args.src,
-                "headline": headline(results, args.precisions),
+                "headline": headline(results, names),
                 "results": results,
                 **describe(device),
             },
@@ -263,14 +285,14 @@ def row(
 
 
 def headline(results: list[dict], names: list[str]) -> dict:
-    """Beam search at batch 64 (else the largest batch size): each precision after the first
-    against the first; batch-1 latency p50 per precision."""
+    """Beam search at batch 64 (else the largest batch size): each variant after the first
+    against the first; batch-1 latency p50 per variant."""
     beam = [r for r in results if r["strategy"] == "beam"]
     if not beam:
         return {}
     sizes = {r["batch_size"] for r in beam}
     size = 64 if 64 in sizes else max(sizes)
-    at = {r["precision"]: r for r in beam if r["batch_size"] == size}
+    at = {r["variant"]: r for r in beam if r["batch_size"] == size}
     out: dict = {"strategy": "beam", "batch_size": size}
     base = at[names[0]]
     for name in names[1:]:
@@ -279,7 +301,7 @@ def headline(results: list[dict], names: list[str]) -> dict:
             out[f"{name}_bleu_delta"] = round(at[name]["bleu"] - base["bleu"], 2)
     for r in beam:
         if r["batch_size"] == 1:
-            out[f"latency_p50_ms_{r['precision']}"] = r["latency_ms"]["p50"]
+            out[f"latency_p50_ms_{r['variant']}"] = r["latency_ms"]["p50"]
     return out
 
 

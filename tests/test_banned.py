@@ -92,7 +92,7 @@ class RowsState:
 
 
 class RowsToy(ToyModel):
-    def init_state(self, encoded):
+    def init_state(self, encoded, steps=None, compiled=False):
         return RowsState(super().init_state(encoded).history)
 
     def decode_step(self, prev, state):

@@ -10,6 +10,7 @@ import json
 import math
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -210,6 +211,22 @@ def test_cuda_decodes_the_same_tokens_as_the_cpu(trained, exact_fp32, model, str
     # scores are sums of ~20 log-probabilities, each equal up to fp32 rounding
     assert [h[0].score for h in cuda] == pytest.approx(
         [h[0].score for h in cpu], rel=1e-4, abs=1e-4
+    )
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "beam"])
+@pytest.mark.parametrize("model", TRAINED)
+def test_the_compiled_step_decodes_the_eager_tokens_on_cuda(trained, exact_fp32, model, strategy):
+    """decode.compile=true on CUDA (torch.compile's Triton kernels): the eager tokens."""
+    ckpt = trained(model, "cpu")
+    cfg = DecodeConfig(strategy=Strategy(strategy), beam_size=5)
+    _, src_ids, _ = encoded_test_split(ckpt)
+    translator = Translator.from_checkpoint(ckpt, cfg, device=DEVICE)
+    eager = decode_all(translator.model, src_ids, cfg, translator.device)
+    compiled = decode_all(translator.model, src_ids, replace(cfg, compile=True), translator.device)
+    assert [h[0].tokens for h in compiled] == [h[0].tokens for h in eager]
+    assert [h[0].score for h in compiled] == pytest.approx(
+        [h[0].score for h in eager], rel=1e-4, abs=1e-4
     )
 
 

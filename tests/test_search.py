@@ -95,7 +95,7 @@ class ToyModel:
     def encode(self, src, src_lens):
         return EncoderOutput(src.unsqueeze(-1).float(), src != 0, None)
 
-    def init_state(self, encoded):
+    def init_state(self, encoded, steps=None, compiled=False):
         return ToyState(torch.zeros((encoded.memory.size(0), 0), dtype=torch.long))
 
     def decode_step(self, prev, state):

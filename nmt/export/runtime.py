@@ -181,6 +181,8 @@ def check_supported(request: Request, runtime: str, rules: tuple[str, ...] = ())
         refused.append("attention maps")
     if request.tree:
         refused.append("search trees")
+    if request.settings.compile:
+        refused.append("decode.compile=true (nmt's search compiles its own step)")
     refused += [
         f"decode.{key}={value}"
         for key, value in request.settings.step_rules().items()
@@ -205,6 +207,7 @@ def check_greedy(decode: DecodeConfig) -> DecodeConfig:
         (decode.n_best != 1, f"decode.n_best={decode.n_best}"),
         (decode.shortlist != 0, f"decode.shortlist={decode.shortlist}"),
         (decode.precision != Precision.fp32, f"decode.precision={decode.precision.value}"),
+        (decode.compile, "decode.compile=true"),
         *((True, f"decode.{k}={v}") for k, v in decode.step_rules().items()),
     ]
     named = [name for bad, name in unsupported if bad]

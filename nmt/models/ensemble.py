@@ -143,9 +143,11 @@ class Ensemble(Seq2Seq):
         """src (B, S), src_lens (B,) -> every member's encoder output."""
         return EnsembleEncoded([member.encode(src, src_lens) for member in self.members])
 
-    def init_state(self, encoded: EnsembleEncoded) -> EnsembleState:
+    def init_state(
+        self, encoded: EnsembleEncoded, steps: int | None = None, compiled: bool = False
+    ) -> EnsembleState:
         return EnsembleState(
-            [member.init_state(e) for member, e in zip(self.members, encoded.members)]
+            [m.init_state(e, steps, compiled) for m, e in zip(self.members, encoded.members)]
         )
 
     def output_rows(self, ids: Tensor) -> EnsembleRows:

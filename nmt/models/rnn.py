@@ -15,6 +15,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 
 from nmt.config import Bridge, Cell, DecoderStyle, RNNConfig
 from nmt.models.attention import Attention, Prepared, build_attention
+from nmt.models.compiled import compiled
 from nmt.models.dropout import Dropout
 from nmt.models.int8 import Int8Product
 from nmt.models.seq2seq import EncoderOutput, OutputRows
@@ -100,6 +101,7 @@ class RNNState:
     src_mask: Tensor  # (N, S)
     prepared: Prepared | None  # attention keys/values of the N sentences, computed once
     feed: Tensor | None  # Luong input feeding: h~_{t-1} (R, 1, H)
+    compiled: bool = False  # steps run through torch.compile (`RNNDecoder.step`)
 
     def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> RNNState:
         if isinstance(self.hidden, tuple):
@@ -111,7 +113,7 @@ class RNNState:
             src_mask = src_mask.index_select(0, sentences)
             prepared = None if prepared is None else prepared.index_select(sentences)
         feed = None if self.feed is None else self.feed.index_select(0, rows)
-        return RNNState(hidden, src_mask, prepared, feed)
+        return RNNState(hidden, src_mask, prepared, feed, self.compiled)
 
 
 class RNNDecoder(nn.Module):
@@ -150,7 +152,10 @@ class RNNDecoder(nn.Module):
         self.int8 = True
         self._tables = None
 
-    def init_state(self, encoded: EncoderOutput) -> RNNState:
+    def init_state(
+        self, encoded: EncoderOutput, steps: int | None = None, compiled: bool = False
+    ) -> RNNState:
+        """`steps` (the search's length limit) is not needed: the state does not grow."""
         batch = encoded.memory.size(0)
         if self.bridge is not None:
             h0 = torch.tanh(self.bridge(encoded.final))  # (B, H)
@@ -159,9 +164,11 @@ class RNNDecoder(nn.Module):
             h = encoded.memory.new_zeros(self.cfg.decoder_layers, batch, self.hidden_size)
         hidden: Hidden = (h, h) if self.cfg.cell == Cell.lstm else h
         if self._tables is not None and not self._tables.fresh(self):
-            self._tables = None  # the weights changed: the first step builds them again
+            self._tables = None  # the weights changed: built again below
+        if self.steps_from_tables(encoded.memory.device):
+            self.piece_tables()  # here, not in the first step: a compiled step only reads them
         prepared = self.attention.prepare(encoded.memory) if self.attention is not None else None
-        return RNNState(hidden, encoded.src_mask, prepared, None)
+        return RNNState(hidden, encoded.src_mask, prepared, None, compiled)
 
     def attend(self, query: Tensor, state: RNNState) -> tuple[Tensor, Tensor | None]:
         """query (B, T, H) -> context (B, T, H), weights (B, T, 1, h, S): one attention layer."""
@@ -187,8 +194,17 @@ class RNNDecoder(nn.Module):
         per-piece tables (`PieceTables`): the same function as `run`, with fewer multiply-adds.
         Training and export (traced under no_grad) run the modules themselves, and so does CUDA:
         there a step is bound by kernel launches, and the fused cuDNN cell is one launch where
-        the written-out gates would be a dozen (not measured on a GPU)."""
-        if self.training or not torch.is_inference_mode_enabled() or prev.device.type == "cuda":
+        the written-out gates would be a dozen (not measured on a GPU). With `state.compiled`
+        the step runs through torch.compile (nmt.models.compiled)."""
+        advance = RNNDecoder.advance
+        advance = compiled(advance) if state.compiled else advance
+        return advance(self, prev, state, output, self.steps_from_tables(prev.device))
+
+    def advance(
+        self, prev: Tensor, state: RNNState, output: OutputRows | None, tables: bool
+    ) -> tuple[Tensor, Tensor | None, RNNState]:
+        """`step`, as torch.compile sees it (`tables`: whether it reads the piece tables)."""
+        if not tables:
             emb = self.embed_dropout(self.embed(prev.unsqueeze(1)))
             outputs, weights, state = self.run(emb, state)
             outputs = outputs.squeeze(1)
@@ -196,6 +212,10 @@ class RNNDecoder(nn.Module):
             outputs, weights, state = self.run_step(prev, state)
         logits = self.logits(outputs, output)
         return logits, None if weights is None else weights.squeeze(1), state
+
+    def steps_from_tables(self, device: torch.device) -> bool:
+        """Whether `step` reads the piece tables: in a search (inference mode) on a CPU."""
+        return not self.training and torch.is_inference_mode_enabled() and device.type != "cuda"
 
     def run_step(self, prev: Tensor, state: RNNState) -> tuple[Tensor, Tensor | None, RNNState]:
         """`run` for one step from the tables: prev (R,) -> outputs (R, H), weights (R, 1, 1, h, S)

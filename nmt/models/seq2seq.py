@@ -1,14 +1,15 @@
 """The encoder-decoder wrapper and the interfaces every model family implements.
 
-A decoder offers `init_state(encoder_output) -> state`, `step(prev_tokens, state, output=None)
--> (logits, attention, state)` (`output`: `OutputRows`, a slice of the output layer whose logits
-are the only ones computed), `output_layer() -> (weight, bias)` and `forward(tgt_in, state) ->
-(logits, attention)` (teacher forcing); its state offers `reorder(rows, sentences)`. A step may
-write its caches in place: the state passed to `step` is not to be used again, only the one it
-returns. Attention comes as maps (B, L, h, S) per step: L attention layers (1 for the recurrent
-family), h heads (1 unless multi-head), so a Bahdanau scorer and a Transformer head can be shown
-the same way; teacher forcing may return None where computing them would cost speed. Search code
-(nmt/search/) only talks to `Seq2Seq`, so it never asks which family it runs.
+A decoder offers `init_state(encoder_output, steps=None, compiled=False) -> state` (`steps`: the
+search's length limit, when known; `compiled`: its steps through torch.compile), `step(prev_tokens,
+state, output=None) -> (logits, attention, state)` (`output`: `OutputRows`, a slice of the output
+layer whose logits are the only ones computed), `output_layer() -> (weight, bias)` and
+`forward(tgt_in, state) -> (logits, attention)` (teacher forcing); its state offers `reorder(rows,
+sentences)`. A step may write its caches in place: the state passed to `step` is not to be used
+again, only the one it returns. Attention comes as maps (B, L, h, S) per step: L attention layers
+(1 for the recurrent family), h heads (1 unless multi-head), so a Bahdanau scorer and a Transformer
+head can be shown the same way; teacher forcing may return None where computing them would cost
+speed. Search code (nmt/search/) only talks to `Seq2Seq`, so it never asks which family it runs.
 """
 
 from __future__ import annotations
@@ -68,8 +69,13 @@ class Seq2Seq(nn.Module):
         """src (B, S) token ids, src_lens (B,) -> EncoderOutput."""
         return self.encoder(src, src_lens)
 
-    def init_state(self, encoded: EncoderOutput) -> DecoderState:
-        return self.decoder.init_state(encoded)
+    def init_state(
+        self, encoded: EncoderOutput, steps: int | None = None, compiled: bool = False
+    ) -> DecoderState:
+        """The state before the first step. `steps`, when known: the most steps the search will
+        take (a decoder may preallocate what it would otherwise grow); `compiled`: the steps from
+        this state run through torch.compile (decode.compile, nmt.models.compiled)."""
+        return self.decoder.init_state(encoded, steps, compiled)
 
     def decode_step(
         self, prev: Tensor, state: DecoderState, output: OutputRows | None = None

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from nmt.config import Activation, Norm, Positions, TransformerConfig
 from nmt.errors import NMTError
 from nmt.models.attention import group_rows, ungroup_rows
+from nmt.models.compiled import compiled
 from nmt.models.dropout import Dropout, dropout
 from nmt.models.int8 import Int8Product
 from nmt.models.seq2seq import EncoderOutput, OutputRows
@@ -241,6 +242,7 @@ class TransformerState:
     position: int
     spare_keys: list[Tensor | None] = field(default_factory=list)
     spare_values: list[Tensor | None] = field(default_factory=list)
+    compiled: bool = False  # steps run `TransformerDecoder.advance` through torch.compile
 
     def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> TransformerState:
         def gather(caches: list, spares: list) -> tuple[list, list]:
@@ -259,7 +261,7 @@ class TransformerState:
         values, spare_values = gather(self.self_values, self.spare_values)
         return TransformerState(
             keys, values, cross_keys, cross_values, src_mask, self.position, spare_keys,
-            spare_values,
+            spare_values, self.compiled,
         )  # fmt: skip
 
 
@@ -372,12 +374,30 @@ class TransformerDecoder(nn.Module):
             state_dict.pop(prefix + "out.weight", None)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
-    def init_state(self, encoded: EncoderOutput) -> TransformerState:
-        cross = [layer.cross_attention.project_kv(encoded.memory) for layer in self.layers]
-        empty: list[Tensor | None] = [None] * len(self.layers)
+    def init_state(
+        self, encoded: EncoderOutput, steps: int | None = None, compiled: bool = False
+    ) -> TransformerState:
+        """`steps`: the most steps the search will take (its length limit). The self-attention
+        caches are then preallocated and a step only writes into them; None: they start empty
+        and grow by doubling. `compiled`: see `advance`."""
+        # contiguous: rows dropped later (`reorder`) are gathered into contiguous tensors, and a
+        # compiled step is specialised to its inputs' layout
+        cross = [
+            [t.contiguous() for t in layer.cross_attention.project_kv(encoded.memory)]
+            for layer in self.layers
+        ]
+
+        def caches() -> list[Tensor | None]:
+            if steps is None:
+                return [None] * len(self.layers)
+            rows, heads, _, k = cross[0][0].shape  # (N, h, S, k)
+            # one position more than the steps: no step fills a cache to its end, a case torch
+            # would compile apart (the filled part is then the whole tensor)
+            return [cross[0][0].new_empty(rows, heads, steps + 1, k) for _ in self.layers]
+
         return TransformerState(
-            list(empty), list(empty), [k for k, _ in cross], [v for _, v in cross],
-            encoded.src_mask, 0,
+            caches(), caches(), [k for k, _ in cross], [v for _, v in cross], encoded.src_mask, 0,
+            compiled=compiled,
         )  # fmt: skip
 
     def step(
@@ -386,22 +406,40 @@ class TransformerDecoder(nn.Module):
         """prev (R,) -> logits (R, V) (or (R, C) for `output`), cross-attention (R, L, h, S), the
         state one position on. The self-attention caches are written in place: `state` itself is
         not to be reused."""
-        x = self.embed(prev.unsqueeze(1), offset=state.position)  # (R, 1, d)
+        advance = TransformerDecoder.advance
+        advance = compiled(advance) if state.compiled else advance
+        logits, maps, keys, values = advance(
+            self, prev, state.position, (state.self_keys, state.self_values),
+            (state.cross_keys, state.cross_values), state.src_mask, output,
+        )  # fmt: skip
+        new = TransformerState(
+            keys, values, state.cross_keys, state.cross_values, state.src_mask,
+            state.position + 1, state.spare_keys, state.spare_values, state.compiled,
+        )  # fmt: skip
+        return logits, maps, new
+
+    def advance(
+        self,
+        prev: Tensor,
+        position: int,
+        caches: tuple[list[Tensor | None], list[Tensor | None]],
+        cross: tuple[list[Tensor], list[Tensor]],
+        src_mask: Tensor,
+        output: OutputRows | None,
+    ) -> tuple[Tensor, Tensor, list[Tensor], list[Tensor]]:
+        """A step's arithmetic on tensors: prev (R,) at `position`, the self-attention caches
+        (keys, values) of every layer, written in place, and the cross-attention (keys, values)
+        -> logits, maps (R, L, h, S), the caches (new ones where they had to grow). What
+        decode.compile compiles: the state's bookkeeping (`step`) stays outside."""
+        x = self.embed(prev.unsqueeze(1), offset=position)  # (R, 1, d)
         keys, values, maps = [], [], []
-        for i, layer in enumerate(self.layers):
-            cache = (state.self_keys[i], state.self_values[i], state.position)
-            x, (k, v), w = layer(
-                x, cache, (state.cross_keys[i], state.cross_values[i]), state.src_mask, True
-            )
+        for layer, k, v, cross_k, cross_v in zip(self.layers, *caches, *cross):
+            x, (k, v), w = layer(x, (k, v, position), (cross_k, cross_v), src_mask, True)
             keys.append(k)
             values.append(v)
             maps.append(w)
         logits = self.project(self.norm(x).squeeze(1), output)
-        new = TransformerState(
-            keys, values, state.cross_keys, state.cross_values, state.src_mask,
-            state.position + 1, state.spare_keys, state.spare_values,
-        )  # fmt: skip
-        return logits, torch.stack(maps, dim=1).squeeze(3), new  # maps: L x (R, h, 1, S)
+        return logits, torch.stack(maps, dim=1).squeeze(3), keys, values  # maps: L x (R, h, 1, S)
 
     def forward(self, tgt_in: Tensor, state: TransformerState) -> tuple[Tensor, None]:
         """Teacher forcing: tgt_in (B, T) -> logits (B, T, V). No attention weights are kept, so

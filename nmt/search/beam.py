@@ -41,7 +41,8 @@ def beam_search(model: Seq2Seq, batch: SearchBatch) -> list[list[Hypothesis]]:
     shortlist, constraints, recorder = batch.shortlist, batch.constraints, batch.recorder
     prefix_scores = torch.zeros(size, device=device)
     # the first step has one row per sentence (the empty hypothesis); the next ones K rows each
-    state = model.init_state(model.encode(src, batch.src_lens))
+    steps = int(max_len.max())
+    state = model.init_state(model.encode(src, batch.src_lens), steps, cfg.compile)
     sentence = torch.arange(size, device=device)  # (N,) original index of each live sentence
     scores = torch.zeros((size, 1), device=device)  # (N, W): W rows per sentence, 1 then K
     history = torch.zeros((size, 0), dtype=torch.long, device=device)  # (R, t)
@@ -54,7 +55,7 @@ def beam_search(model: Seq2Seq, batch: SearchBatch) -> list[list[Hypothesis]]:
     matched = None if constraints is None else constraints.start()  # (N, W, P) phrase progress
     met: Tensor | None = None  # (N, W): constraint pieces of each row, for the recorder
 
-    for t in range(int(max_len.max())):
+    for t in range(steps):
         live, width = scores.shape
         row_sentence = sentence.repeat_interleave(width)  # (R,)
         # rows' lists change only when sentences leave or the beam widens: both change R

@@ -51,7 +51,7 @@ def _single_path(
     prefix_scores = torch.zeros(size, device=device)
     last_node = torch.zeros(size, dtype=torch.long, device=device)  # (B,) with a recorder
 
-    state = model.init_state(model.encode(src, batch.src_lens))
+    state = model.init_state(model.encode(src, batch.src_lens), steps, cfg.compile)
     prev = torch.full((size,), BOS, dtype=torch.long, device=device)
     alive = torch.arange(size, device=device)  # original rows still decoding
     allowed: Tensor | None = None  # (R, C): the shortlist's pieces each row may produce

@@ -1,0 +1,79 @@
+"""The model's step through torch.compile (decode.compile=true).
+
+What is compiled is `decode_step`, the search's one call into the model per step: the embedding,
+every layer, the output layer (an ensemble's members and their combination). The search around
+it stays eager: log-softmax, the step rules, top-k and the reordering of states change with each
+step's outcome, and a compiled region that had to guard on them would recompile.
+
+Shapes are dynamic (`dynamic=True`): one graph serves every batch size, beam width, source length
+and position, except that torch specialises sizes of 1 (one sentence, a beam's first step), so
+a model has a few graphs. The Transformer's self-attention caches are preallocated to the
+batch's length limit (`init_state(encoded, steps)`), so a step writes one position in place and
+never grows them. Parameters are inputs of the graph (torch inlines nn modules), so a model whose
+weights change (validation inside training) or another model of the same architecture reuses it.
+
+The arithmetic is eager's, fused: the same tokens, scores equal to float rounding
+(tests/test_compiled.py). Compiling costs tens of seconds on a CPU at the first search of each
+kind (`Translator.warm_up` pays it at load), and on a CPU torch's inductor writes C++, so a C++
+compiler must be installed: `check_compile` says so before any work.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import torch
+import torch.fx.experimental._config
+
+from nmt.errors import NMTError
+
+# graphs one function may have before torch falls back to running it eagerly: a model has one per
+# strategy and kind of batch (one sentence or several, first step or not, a shortlist or not), so
+# torch's default of 8 is reached by a server that runs greedy and beam search
+GRAPHS = 64
+# every size symbolic, not only those seen to change (`dynamic=True` leaves the sizes inside a
+# state's dataclasses static at first), and two sizes that happen to be equal (6 sentences of 6
+# pieces) not taken to be the same symbol: without these, most new batches compiled anew
+SHAPES = torch.fx.experimental._config.patch(use_duck_shape=False)
+
+
+@functools.cache
+def compiled(function: Callable) -> Callable:
+    """`function` through torch.compile, made once per function (torch keeps its graphs per code
+    object, guarded by the shapes and the modules' structure, not by which model it is), called
+    as `function` is. A compiler failure is an NMTError that says how to go without."""
+    inner = torch.compile(function, dynamic=True)
+
+    @functools.wraps(function)
+    def call(*args, **kwargs):
+        try:
+            with (
+                SHAPES,
+                torch._dynamo.config.patch(recompile_limit=GRAPHS, assume_static_by_default=False),
+            ):
+                return inner(*args, **kwargs)
+        except torch._dynamo.exc.BackendCompilerFailed as error:
+            raise NMTError(
+                f"decode.compile=true: torch.compile failed ({error.inner_exception!r}); "
+                "decode with decode.compile=false"
+            ) from error
+
+    return call
+
+
+def check_compile(device: torch.device) -> None:
+    """Raise NMTError if torch.compile cannot build a step on `device`: a CPU needs a C++
+    compiler (torch's inductor writes C++ there), a GPU needs CUDA."""
+    if device.type not in ("cpu", "cuda"):
+        raise NMTError(f"decode.compile=true runs on a CPU or a CUDA GPU, not {device.type}")
+    if device.type == "cpu":
+        try:
+            from torch._inductor.cpp_builder import get_cpp_compiler
+
+            get_cpp_compiler()
+        except Exception as error:  # torch raises its own InvalidCxxCompiler, or fails to look
+            raise NMTError(
+                "decode.compile=true needs a C++ compiler on the CPU (torch.compile writes C++; "
+                f"install g++ or set CXX): {error}"
+            ) from error

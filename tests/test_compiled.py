@@ -1,0 +1,112 @@
+"""decode.compile (nmt/models/compiled.py): the compiled step gives the tokens of the eager one
+and its scores to float rounding, for every strategy, both families and an ensemble; the
+preallocated self-attention cache gives the numbers of the growing one; a search compiles a
+bounded number of graphs and reuses them; every place that cannot honour decode.compile refuses
+it by name."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+import torch._dynamo.utils
+from test_search import FAMILIES, random_model, random_sources
+
+from nmt.config import DecodeConfig, Precision, Strategy
+from nmt.errors import NMTError
+from nmt.export.runtime import check_greedy
+from nmt.models.compiled import check_compile
+from nmt.models.ensemble import Ensemble
+from nmt.search import decode_all
+
+CPU = torch.device("cpu")
+GREEDY = DecodeConfig(max_len_a=1.0, max_len_b=4)
+BEAM = replace(GREEDY, strategy=Strategy.beam, beam_size=3, n_best=3)
+SAMPLE = replace(GREEDY, strategy=Strategy.sample, n_best=2, top_k=5)
+STRATEGIES = {"greedy": GREEDY, "beam": BEAM, "sample": SAMPLE}
+
+
+def graphs() -> int:
+    """Graphs torch.compile has made in this process."""
+    return torch._dynamo.utils.counters["stats"]["unique_graphs"]
+
+
+def assert_same_search(eager, compiled) -> None:
+    """The same n-best lists, hypothesis by hypothesis: tokens equal, scores to float rounding."""
+    assert len(eager) == len(compiled)
+    for a_list, b_list in zip(eager, compiled):
+        assert [h.tokens for h in a_list] == [h.tokens for h in b_list]
+        for a, b in zip(a_list, b_list):
+            assert math.isclose(a.score, b.score, rel_tol=1e-5, abs_tol=1e-5)
+            assert a.ended == b.ended
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_compiled_search_equals_eager_for_every_strategy(family):
+    model, sources = random_model(family), random_sources(5, 7)
+    torch._dynamo.reset()  # forget the graphs other tests made for a model of this structure
+    before = graphs()
+    for cfg in STRATEGIES.values():
+        eager = decode_all(model, sources, cfg, CPU)
+        assert_same_search(eager, decode_all(model, sources, replace(cfg, compile=True), CPU))
+    # it did compile (a search run eagerly passes the above too); greedy, beam and sampling
+    # share their graphs: one sentence or several, a beam's first step or not, the first step
+    # (position 0; Luong's input feed absent), a few per family, never one per batch or step
+    assert 0 < graphs() - before <= 8
+
+
+def test_compiled_ensemble_equals_eager_and_a_second_search_compiles_nothing():
+    members = [random_model("transformer"), random_model("gru-bahdanau")]
+    ensemble = Ensemble(members, weights=[2.0, 1.0]).eval()
+    sources = random_sources(8, 6)
+    cfg = replace(BEAM, compile=True)
+    eager = decode_all(ensemble, sources, BEAM, CPU)
+    assert_same_search(eager, decode_all(ensemble, sources, cfg, CPU))
+    made = graphs()
+    # other sentences, another batch size: the same kinds of batch, no graph more
+    others = random_sources(9, 10)
+    assert_same_search(
+        decode_all(ensemble, others, replace(BEAM, batch_size=4), CPU),
+        decode_all(ensemble, others, replace(cfg, batch_size=4), CPU),
+    )
+    assert graphs() == made
+
+
+def test_the_preallocated_cache_gives_the_numbers_of_the_growing_one():
+    """Stepping with caches preallocated to the length limit and with caches that start empty
+    and grow: bit-identical logits and attention, step after step (60 steps: the growing
+    caches are replaced three times)."""
+    model = random_model("transformer")
+    src = torch.tensor([random_sources(3, 1)[0]])
+    tokens = torch.randint(4, 20, (60,), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        encoded = model.encode(src, torch.tensor([src.size(1)]))
+        growing = model.init_state(encoded)
+        fixed = model.init_state(encoded, steps=60)
+        assert growing.self_keys[0] is None and fixed.self_keys[0].size(2) > 60
+        for token in tokens:
+            prev = token.view(1)
+            a_logits, a_maps, growing = model.decode_step(prev, growing)
+            b_logits, b_maps, fixed = model.decode_step(prev, fixed)
+            assert torch.equal(a_logits, b_logits) and torch.equal(a_maps, b_maps)
+        assert fixed.self_keys[0].size(2) == 61  # it never grew
+
+
+def test_compile_is_refused_where_it_cannot_run():
+    with pytest.raises(NMTError, match="decode.compile=true with decode.precision=int8"):
+        DecodeConfig(compile=True, precision=Precision.int8)
+    with pytest.raises(NMTError, match="decode.compile=true"):
+        check_greedy(replace(GREEDY, compile=True))  # the exported graphs' loop
+    with pytest.raises(NMTError, match="runs on a CPU or a CUDA GPU"):
+        check_compile(torch.device("meta"))
+
+
+def test_compile_without_a_cpp_compiler_is_a_clear_error(monkeypatch):
+    from torch._inductor import config
+
+    monkeypatch.setattr(config.cpp, "cxx", ("no-such-compiler-for-nmt",))
+    with pytest.raises(NMTError, match="needs a C\\+\\+ compiler"):
+        check_compile(CPU)
+    check_compile(torch.device("cuda"))  # a GPU needs none (whether CUDA is there is not asked)
