@@ -204,11 +204,16 @@ class Translator:
         """Translate one short text with the default settings (and its attention maps), so that
         the first request does not pay for what a first search builds: a recurrent model's piece
         tables, an int8 copy, torch's kernels and memory pools (on a small GRU a first beam-5
-        sentence took 60 ms, the same sentence next 15 ms; 94 and 16 ms in int8). nmt-serve and
-        the prompt of nmt-translate call it at load. Returns its seconds."""
+        sentence took 60 ms, the same sentence next 15 ms; 94 and 16 ms in int8). With
+        decode.compile, two texts at once as well: a compiled step has graphs for one sentence
+        and for several (nmt.models.compiled), each compiled at its first use. nmt-serve and the
+        prompt of nmt-translate call it at load. Returns its seconds."""
         start = time.perf_counter()
         languages = self.tags.languages  # a model with several needs one named
-        self.translate_full([WARM_UP_TEXT], tgt_lang=languages[0] if languages else None)
+        tgt_lang = languages[0] if languages else None
+        self.translate_full([WARM_UP_TEXT], tgt_lang=tgt_lang)
+        if self.decode.compile:
+            self.translate_full([WARM_UP_TEXT, WARM_UP_TEXT + " Er bellt."], tgt_lang=tgt_lang)
         seconds = time.perf_counter() - start
         log.info("warmed up in %.0f ms", seconds * 1000)
         return seconds

@@ -1,7 +1,8 @@
 """Translation speed of nmt (PyTorch) against the same Transformer converted to CTranslate2.
 
     python scripts/bench_ctranslate2.py runs/m30k_transformer/checkpoints/best \\
-        --data-dir ../shared/data/multi30k --split test --repeats 3 [--compute-type int8]
+        --data-dir ../shared/data/multi30k --split test --repeats 3 [--compute-type int8] \\
+        [--compile]
 
 Converts the checkpoint (`nmt-export format=ctranslate2`, into a temporary directory unless
 --ct2-dir names an existing export), reads the split through nmt's data loader (the checkpoint's
@@ -13,18 +14,20 @@ sorted by length, on the CPU, in one process: nmt's `Translator` with torch's th
 
 Each precision is a pair run side by side: nmt fp32 against CTranslate2 float32 always, and with
 --compute-type int8 also nmt `decode.precision=int8` against CTranslate2 int8 (its weights
-quantized on load; `bfloat16` pairs with nmt bf16). CTranslate2 takes one length limit per call and
-ours grows with the source, so each batch goes to it in one call per run of sentences with the
-same limit (`nmt.export.ct2.translate_pieces`; --one-call-per-batch: one call with the batch's
-largest limit, where sentences that reach their own limit may go on). Each timing covers
-tokenization, search and detokenization, after a warm-up; the runs of all four alternate (so that a
-change of load on a shared machine hits them alike), and the median of --repeats runs is reported
-as sentences/s and target pieces/s (EOS not counted), with the sacreBLEU score of each output
-against the references and the fraction of identical output lines of each pair.
+quantized on load; `bfloat16` pairs with nmt bf16); with --compile, nmt fp32 with
+decode.compile=true is a third against CTranslate2 float32 (compiled during its warm-up).
+CTranslate2 takes one length limit per call and ours grows with the source, so each batch goes to
+it in one call per run of sentences with the same limit (`nmt.export.ct2.translate_pieces`;
+--one-call-per-batch: one call with the batch's largest limit, where sentences that reach their own
+limit may go on). Each timing covers tokenization, search and detokenization, after a warm-up; the
+runs of every runner alternate (so that a change of load on a shared machine hits them alike), and
+the median of --repeats runs is reported as sentences/s and target pieces/s (EOS not counted), with
+the sacreBLEU score of each output against the references and the fraction of identical output
+lines of each pair.
 
 The JSON's `"headline"` (beam search, and the same for greedy under `"greedy"`): `fp32_vs_ct2` and
-`int8_vs_ct2`, nmt's sentences/s over CTranslate2's at the same precision, and `int8_bleu_delta`,
-nmt int8's BLEU minus nmt fp32's.
+`int8_vs_ct2`, nmt's sentences/s over CTranslate2's at the same precision (`compiled_vs_ct2` with
+--compile), and `int8_bleu_delta`, nmt int8's BLEU minus nmt fp32's.
 """
 
 from __future__ import annotations
@@ -87,6 +90,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="0 = torch's default")
     parser.add_argument("--ct2-dir", help="an existing ctranslate2 export of the checkpoint")
     parser.add_argument("--one-call-per-batch", action="store_true")
+    parser.add_argument("--compile", action="store_true", help="also nmt fp32 decode.compile")
     parser.add_argument(
         "--compute-type",
         default="default",
@@ -153,6 +157,8 @@ def main() -> None:
                 nmt_translate, replace(cfg, precision=precision)
             )
             runners[f"ctranslate2 {kind}"] = partial(ct2_translate, kind, cfg)
+        if args.compile:
+            runners["nmt compiled"] = partial(nmt_translate, replace(cfg, compile=True))
         runs = timed(runners, args.repeats)
         entry: dict = {"strategy": cfg.describe()}
         for name, ((out, pieces), times) in runs.items():
@@ -167,11 +173,14 @@ def main() -> None:
                 "bleu": round(bleu, 2),
             }
         entry["bleu_signature"] = str(metric.get_signature())
-        for precision, kind in pairs:
-            ours, theirs = runs[f"nmt {precision.value}"], runs[f"ctranslate2 {kind}"]
+        compared = [(p.value, f"nmt {p.value}", f"ctranslate2 {kind}") for p, kind in pairs]
+        if args.compile:
+            compared.append(("compiled", "nmt compiled", "ctranslate2 float32"))
+        for name, nmt_name, ct2_name in compared:
+            ours, theirs = runs[nmt_name], runs[ct2_name]
             same = sum(a == b for a, b in zip(ours[0][0], theirs[0][0]))
-            entry[f"{precision.value}_identical_lines"] = f"{same}/{len(sources)}"
-            entry[f"{precision.value}_vs_ct2"] = round(
+            entry[f"{name}_identical_lines"] = f"{same}/{len(sources)}"
+            entry[f"{name}_vs_ct2"] = round(
                 statistics.median(theirs[1]) / statistics.median(ours[1]), 3
             )
         results.append(entry)
@@ -193,7 +202,9 @@ def main() -> None:
                 "conversion_s": convert_s,
                 # other processes on the machine: 1-minute load average before and after
                 "load_average": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
-                "headline": headline(results, [p.value for p, _ in pairs]),
+                "headline": headline(
+                    results, [p.value for p, _ in pairs] + (["compiled"] if args.compile else [])
+                ),
                 "results": results,
             },
             indent=2,
@@ -212,7 +223,7 @@ def headline(results: list[dict], precisions: list[str]) -> dict:
         for name in precisions:
             out[f"{name}_vs_ct2"] = entry[f"{name}_vs_ct2"]
             out[f"{name}_identical_lines"] = entry[f"{name}_identical_lines"]
-            if name != "fp32":
+            if name not in ("fp32", "compiled"):
                 delta = entry[f"nmt {name}"]["bleu"] - entry["nmt fp32"]["bleu"]
                 out[f"{name}_bleu_delta"] = round(delta, 2)
         return out

@@ -57,6 +57,20 @@ def test_bench_translate_times_each_precision_with_bleu_and_latency(train_small,
     assert headline["latency_p50_ms_int8"] == rows["beam", 1, "int8"]["latency_ms"]["p50"]
 
 
+def test_bench_translate_times_the_compiled_step_beside_eager(train_small, demo_dir):
+    report = run_script(
+        "bench_translate.py", str(train_small("transformer")), "--src", str(demo_dir / "test.de"),
+        "--limit", "10", "--repeats", "1", "--strategies", "beam", "--batch-sizes", "4",
+        "--compile",
+    )  # fmt: skip
+    eager, compiled = report["results"]
+    assert (eager["variant"], compiled["variant"]) == ("fp32", "fp32-compiled")
+    assert compiled["decode"].endswith(", compiled") and compiled["same_as_eager"] == "10/10"
+    assert compiled["warmup_s"] > 0 and "same_as_eager" not in eager
+    speedup = round(eager["median_s"] / compiled["median_s"], 3)
+    assert report["headline"]["fp32-compiled_speedup"] == speedup
+
+
 def test_bench_translate_refuses_an_unknown_precision(train_small, demo_dir):
     done = subprocess.run(
         [
@@ -73,14 +87,15 @@ def test_bench_ctranslate2_pairs_nmt_and_ctranslate2_at_fp32_and_int8(train_smal
     report = run_script(
         "bench_ctranslate2.py", str(train_small("transformer")), "--data-dir", str(demo_dir),
         "--limit", "16", "--repeats", "1", "--batch-size", "8", "--threads", "1",
-        "--compute-type", "int8",
+        "--compute-type", "int8", "--compile",
     )  # fmt: skip
     greedy, beam = report["results"]
     for entry in (greedy, beam):
-        for name in ("nmt fp32", "ctranslate2 float32", "nmt int8", "ctranslate2 int8"):
+        names = ("nmt fp32", "ctranslate2 float32", "nmt int8", "ctranslate2 int8", "nmt compiled")
+        for name in names:
             assert entry[name]["sentences_per_s"] > 0
-        # in float32 the two search the same model the same way (docs/export.md)
-        assert entry["fp32_identical_lines"] == "16/16"
+        # in float32 the two search the same model the same way (docs/export.md), compiled too
+        assert entry["fp32_identical_lines"] == entry["compiled_identical_lines"] == "16/16"
     headline = report["headline"]
     assert headline["strategy"] == beam["strategy"] == "beam 5, length penalty none"
     assert headline["fp32_vs_ct2"] == beam["fp32_vs_ct2"] > 0
@@ -88,3 +103,4 @@ def test_bench_ctranslate2_pairs_nmt_and_ctranslate2_at_fp32_and_int8(train_smal
     delta = beam["nmt int8"]["bleu"] - beam["nmt fp32"]["bleu"]
     assert headline["int8_bleu_delta"] == round(delta, 2)
     assert headline["greedy"]["int8_vs_ct2"] == greedy["int8_vs_ct2"]
+    assert headline["compiled_vs_ct2"] == beam["compiled_vs_ct2"] > 0

@@ -20,6 +20,7 @@ from nmt.export.runtime import check_greedy
 from nmt.models.compiled import check_compile
 from nmt.models.ensemble import Ensemble
 from nmt.search import decode_all
+from nmt.translate import Translator
 
 CPU = torch.device("cpu")
 GREEDY = DecodeConfig(max_len_a=1.0, max_len_b=4)
@@ -110,3 +111,20 @@ def test_compile_without_a_cpp_compiler_is_a_clear_error(monkeypatch):
     with pytest.raises(NMTError, match="needs a C\\+\\+ compiler"):
         check_compile(CPU)
     check_compile(torch.device("cuda"))  # a GPU needs none (whether CUDA is there is not asked)
+
+
+def test_warm_up_compiles_what_the_first_requests_need(train_small, demo_dir):
+    """nmt-serve and the prompt warm up at load: the first requests (one text, several) then
+    compile nothing, and translate as the uncompiled model does."""
+    ckpt = train_small("transformer")
+    texts = (demo_dir / "test.de").read_text().splitlines()[:6]
+    settings = replace(BEAM, max_len_a=1.5, n_best=1)
+    eager = Translator.from_checkpoint(ckpt, settings, "cpu")
+    compiled = Translator(eager.model, eager.vocabs, CPU, decode=replace(settings, compile=True))
+    torch._dynamo.reset()
+    compiled.warm_up()
+    made = graphs()
+    assert made > 0
+    assert compiled.translate(texts[:1]) == eager.translate(texts[:1])
+    assert compiled.translate(texts) == eager.translate(texts)
+    assert graphs() == made

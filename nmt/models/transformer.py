@@ -377,15 +377,13 @@ class TransformerDecoder(nn.Module):
     def init_state(
         self, encoded: EncoderOutput, steps: int | None = None, compiled: bool = False
     ) -> TransformerState:
-        """`steps`: the most steps the search will take (its length limit). The self-attention
-        caches are then preallocated and a step only writes into them; None: they start empty
-        and grow by doubling. `compiled`: see `advance`."""
-        # contiguous: rows dropped later (`reorder`) are gathered into contiguous tensors, and a
-        # compiled step is specialised to its inputs' layout
-        cross = [
-            [t.contiguous() for t in layer.cross_attention.project_kv(encoded.memory)]
-            for layer in self.layers
-        ]
+        """`steps`: the most steps the search will take (its length limit): the self-attention
+        caches are preallocated to it and a step only writes into them, as a compiled step wants;
+        None: they start empty and grow by doubling. `compiled`: see `advance`."""
+        cross = [layer.cross_attention.project_kv(encoded.memory) for layer in self.layers]
+        if compiled:  # rows dropped later (`reorder`) are gathered into contiguous tensors, and
+            # a compiled step is specialised to its inputs' layout
+            cross = [[t.contiguous() for t in kv] for kv in cross]
 
         def caches() -> list[Tensor | None]:
             if steps is None:

@@ -40,9 +40,11 @@ def beam_search(model: Seq2Seq, batch: SearchBatch) -> list[list[Hypothesis]]:
     size, device, k = src.size(0), src.device, cfg.beam_size
     shortlist, constraints, recorder = batch.shortlist, batch.constraints, batch.recorder
     prefix_scores = torch.zeros(size, device=device)
-    # the first step has one row per sentence (the empty hypothesis); the next ones K rows each
     steps = int(max_len.max())
-    state = model.init_state(model.encode(src, batch.src_lens), steps, cfg.compile)
+    # a compiled step wants its caches preallocated; eager, growing them measured no slower
+    limit = steps if cfg.compile else None
+    # the first step has one row per sentence (the empty hypothesis); the next ones K rows each
+    state = model.init_state(model.encode(src, batch.src_lens), limit, cfg.compile)
     sentence = torch.arange(size, device=device)  # (N,) original index of each live sentence
     scores = torch.zeros((size, 1), device=device)  # (N, W): W rows per sentence, 1 then K
     history = torch.zeros((size, 0), dtype=torch.long, device=device)  # (R, t)

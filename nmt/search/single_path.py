@@ -51,7 +51,9 @@ def _single_path(
     prefix_scores = torch.zeros(size, device=device)
     last_node = torch.zeros(size, dtype=torch.long, device=device)  # (B,) with a recorder
 
-    state = model.init_state(model.encode(src, batch.src_lens), steps, cfg.compile)
+    # a compiled step wants its caches preallocated; eager, growing them measured no slower
+    limit = steps if cfg.compile else None
+    state = model.init_state(model.encode(src, batch.src_lens), limit, cfg.compile)
     prev = torch.full((size,), BOS, dtype=torch.long, device=device)
     alive = torch.arange(size, device=device)  # original rows still decoding
     allowed: Tensor | None = None  # (R, C): the shortlist's pieces each row may produce
