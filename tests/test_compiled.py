@@ -105,9 +105,12 @@ def test_compile_is_refused_where_it_cannot_run():
 
 
 def test_compile_without_a_cpp_compiler_is_a_clear_error(monkeypatch):
-    from torch._inductor import config
+    from torch._inductor import cpp_builder
 
-    monkeypatch.setattr(config.cpp, "cxx", ("no-such-compiler-for-nmt",))
+    def no_compiler() -> str:
+        raise RuntimeError("no C++ compiler found")  # what torch raises is its own class
+
+    monkeypatch.setattr(cpp_builder, "get_cpp_compiler", no_compiler)
     with pytest.raises(NMTError, match="needs a C\\+\\+ compiler"):
         check_compile(CPU)
     check_compile(torch.device("cuda"))  # a GPU needs none (whether CUDA is there is not asked)
