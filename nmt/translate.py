@@ -46,7 +46,7 @@ import logging
 import math
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -55,7 +55,7 @@ from torch import Tensor
 from nmt.attention_map import select_map
 from nmt.beam_tree import BeamTree
 from nmt.checkpoint import Checkpoint, load_checkpoint
-from nmt.config import DecodeConfig
+from nmt.config import DecodeConfig, Strategy
 from nmt.device import check_precision, resolve_device
 from nmt.errors import NMTError
 from nmt.inputs import TargetTags, clean, read_sources
@@ -205,15 +205,20 @@ class Translator:
         the first request does not pay for what a first search builds: a recurrent model's piece
         tables, an int8 copy, torch's kernels and memory pools (on a small GRU a first beam-5
         sentence took 60 ms, the same sentence next 15 ms; 94 and 16 ms in int8). With
-        decode.compile, two texts at once as well: a compiled step has graphs for one sentence
-        and for several (nmt.models.compiled), each compiled at its first use. nmt-serve and the
-        prompt of nmt-translate call it at load. Returns its seconds."""
+        decode.compile, greedy and beam search of one text and of two: a compiled step has
+        graphs for one sentence and for several, and beam search's first step is one of its own
+        (nmt.models.compiled), each compiled at its first use, so that no request, whatever
+        strategy it asks for, waits for a compilation. nmt-serve and the prompt of
+        nmt-translate call it at load. Returns its seconds."""
         start = time.perf_counter()
         languages = self.tags.languages  # a model with several needs one named
         tgt_lang = languages[0] if languages else None
         self.translate_full([WARM_UP_TEXT], tgt_lang=tgt_lang)
         if self.decode.compile:
-            self.translate_full([WARM_UP_TEXT, WARM_UP_TEXT + " Er bellt."], tgt_lang=tgt_lang)
+            for strategy in (Strategy.greedy, Strategy.beam):
+                settings = replace(self.decode, strategy=strategy, n_best=1)
+                for texts in ([WARM_UP_TEXT], [WARM_UP_TEXT, WARM_UP_TEXT + " Er bellt."]):
+                    self.translate_full(texts, decode=settings, tgt_lang=tgt_lang)
         seconds = time.perf_counter() - start
         log.info("warmed up in %.0f ms", seconds * 1000)
         return seconds

@@ -117,8 +117,8 @@ def test_compile_without_a_cpp_compiler_is_a_clear_error(monkeypatch):
 
 
 def test_warm_up_compiles_what_the_first_requests_need(train_small, demo_dir):
-    """nmt-serve and the prompt warm up at load: the first requests (one text, several) then
-    compile nothing, and translate as the uncompiled model does."""
+    """nmt-serve and the prompt warm up at load: the first requests (one text, several,
+    greedy or beam) then compile nothing, and translate as the uncompiled model does."""
     ckpt = train_small("transformer")
     texts = (demo_dir / "test.de").read_text().splitlines()[:6]
     settings = replace(BEAM, max_len_a=1.5, n_best=1)
@@ -130,4 +130,8 @@ def test_warm_up_compiles_what_the_first_requests_need(train_small, demo_dir):
     assert made > 0
     assert compiled.translate(texts[:1]) == eager.translate(texts[:1])
     assert compiled.translate(texts) == eager.translate(texts)
+    greedy = replace(settings, strategy=Strategy.greedy)
+    assert compiled.translate(texts[:1], decode=replace(greedy, compile=True)) == eager.translate(
+        texts[:1], decode=greedy
+    )
     assert graphs() == made
