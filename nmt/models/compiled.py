@@ -1,16 +1,20 @@
 """The model's step through torch.compile (decode.compile=true).
 
-What is compiled is `decode_step`, the search's one call into the model per step: the embedding,
-every layer, the output layer (an ensemble's members and their combination). The search around
-it stays eager: log-softmax, the step rules, top-k and the reordering of states change with each
-step's outcome, and a compiled region that had to guard on them would recompile.
+What is compiled is each decoder's `advance`, the arithmetic of the search's one call into the
+model per step: the embedding, every layer, the output layer (in an ensemble, each member's; the
+members' combination stays eager). The state's bookkeeping (a new state object, the reorder's
+spare buffers) and the search around the step stay eager: log-softmax, the step rules, top-k and
+the reordering of states change with each step's outcome, and a compiled region that had to
+guard on them would recompile (compiling the whole `decode_step` made more than 8 graphs per
+model: its spare buffers and the strides of gathered tensors travelled through the graph).
 
 Shapes are dynamic (`dynamic=True`): one graph serves every batch size, beam width, source length
-and position, except that torch specialises sizes of 1 (one sentence, a beam's first step), so
-a model has a few graphs. The Transformer's self-attention caches are preallocated to the
-batch's length limit (`init_state(encoded, steps)`), so a step writes one position in place and
-never grows them. Parameters are inputs of the graph (torch inlines nn modules), so a model whose
-weights change (validation inside training) or another model of the same architecture reuses it.
+and position, except that torch specialises sizes of 1 (one sentence, a beam's first step), so a
+model has a few graphs. For a compiled step the search preallocates the Transformer's
+self-attention caches to the batch's length limit (`init_state(encoded, steps)`), so a step writes
+one position in place and never grows them. Parameters are inputs of the graph (torch inlines nn
+modules), so a model whose weights change (validation inside training) or another model of the same
+architecture reuses it.
 
 The arithmetic is eager's, fused: the same tokens, scores equal to float rounding
 (tests/test_compiled.py). Compiling costs tens of seconds on a CPU at the first search of each
