@@ -12,11 +12,12 @@ from dataclasses import replace
 import pytest
 import torch
 import torch._dynamo.utils
-from test_search import FAMILIES, random_model, random_sources
+from test_search import FAMILIES, V, random_model, random_sources
 
 from nmt.config import DecodeConfig, Precision, Strategy
 from nmt.errors import NMTError
 from nmt.export.runtime import check_greedy
+from nmt.models import build_model
 from nmt.models.compiled import check_compile
 from nmt.models.ensemble import Ensemble
 from nmt.search import decode_all
@@ -134,4 +135,23 @@ def test_warm_up_compiles_what_the_first_requests_need(train_small, demo_dir):
     assert compiled.translate(texts[:1], decode=replace(greedy, compile=True)) == eager.translate(
         texts[:1], decode=greedy
     )
+    assert graphs() == made
+
+
+@pytest.mark.parametrize("family", ["transformer", "gru-bahdanau"])
+def test_other_weights_reuse_the_graphs(family):
+    """Parameters are inputs of the graphs: another model of the same structure, and the same
+    model after its weights change (a validation inside training), compile nothing more."""
+    cfg, sources = replace(BEAM, compile=True), random_sources(5, 7)
+    torch._dynamo.reset()
+    first = random_model(family)
+    decode_all(first, sources, cfg, CPU)
+    made = graphs()
+    torch.manual_seed(1)
+    other = build_model(FAMILIES[family], V, V, shared_vocab=True).eval()
+    assert_same_search(decode_all(other, sources, BEAM, CPU), decode_all(other, sources, cfg, CPU))
+    with torch.no_grad():
+        for p in first.parameters():
+            p.add_(0.01)
+    assert_same_search(decode_all(first, sources, BEAM, CPU), decode_all(first, sources, cfg, CPU))
     assert graphs() == made
