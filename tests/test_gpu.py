@@ -205,12 +205,16 @@ def test_cuda_decodes_the_same_tokens_as_the_cpu(trained, exact_fp32, model, str
     for device in ("cpu", DEVICE):
         translator = Translator.from_checkpoint(ckpt, cfg, device=device)
         results[device] = decode_all(translator.model, src_ids, cfg, translator.device)
-    cpu, cuda = results["cpu"], results[DEVICE]
-    assert [h[0].tokens for h in cuda] == [h[0].tokens for h in cpu]
-    assert [h[0].ended for h in cuda] == [h[0].ended for h in cpu]
-    # scores are sums of ~20 log-probabilities, each equal up to fp32 rounding
-    assert [h[0].score for h in cuda] == pytest.approx(
-        [h[0].score for h in cpu], rel=1e-4, abs=1e-4
+    assert_same_best(results[DEVICE], results["cpu"])
+
+
+def assert_same_best(got: list, expected: list) -> None:
+    """The best hypotheses of two searches: the same tokens, ended alike, scores equal up to
+    fp32 rounding (sums of ~20 log-probabilities)."""
+    assert [h[0].tokens for h in got] == [h[0].tokens for h in expected]
+    assert [h[0].ended for h in got] == [h[0].ended for h in expected]
+    assert [h[0].score for h in got] == pytest.approx(
+        [h[0].score for h in expected], rel=1e-4, abs=1e-4
     )
 
 
@@ -224,10 +228,7 @@ def test_the_compiled_step_decodes_the_eager_tokens_on_cuda(trained, exact_fp32,
     translator = Translator.from_checkpoint(ckpt, cfg, device=DEVICE)
     eager = decode_all(translator.model, src_ids, cfg, translator.device)
     compiled = decode_all(translator.model, src_ids, replace(cfg, compile=True), translator.device)
-    assert [h[0].tokens for h in compiled] == [h[0].tokens for h in eager]
-    assert [h[0].score for h in compiled] == pytest.approx(
-        [h[0].score for h in eager], rel=1e-4, abs=1e-4
-    )
+    assert_same_best(compiled, eager)
 
 
 @pytest.mark.parametrize("model", TRAINED)
