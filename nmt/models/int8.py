@@ -2,16 +2,20 @@
 
 Dynamic quantization, as CTranslate2's int8 and torch's own `quantize_dynamic` do it: each weight
 matrix is stored in int8 with one scale per output row (symmetric, per channel), each input row
-is quantized to int8 by its own magnitude (`Int8Product`), the product runs in int32 in torch's
-x86 kernels (`quantized::linear_dynamic` over fbgemm/oneDNN, in every torch the project
-supports, 2.7 to 2.13) and comes back in fp32 with the bias added. Inputs use 7 bits
-(`reduce_range`): a CPU without VNNI (AVX2 only) would otherwise saturate some int16 sums, so
-the same inputs give the same outputs on every x86 CPU. The softmax, the search's scores, the
-embeddings, layer norms and recurrent gate functions stay fp32.
+is quantized to int8 by its own magnitude at every call (`Int8Product`), the two multiply into
+exact int32 sums in torch's int8 GEMM (`torch._int_mm`, oneDNN's kernels on x86, in every torch
+the project supports) and come back in fp32 with the bias added. Both sides use 7 bits, so that
+CPUs without VNNI (AVX2 only), whose int8 products pass through saturating int16 sums, sum the
+same integers: the same inputs give the same outputs on every x86 CPU. The softmax, the search's
+scores, the embeddings, layer norms and recurrent gate functions stay fp32.
 
-Why these ops: they are torch's own, in every version the project supports, with no new
-dependency. torch 2.13 deprecates quantized tensors in favour of the torchao package (a warning
-nmt silences where it makes one); should a torch drop them, `quantize` refuses int8 by name.
+Why these ops: `torch._int_mm` is a plain tensor op, with no quantized tensor types, packed
+weights or new dependency: `torch.compile` traces it (decode.compile=true with int8 fuses each
+product's quantization and scaling around it), and it does the rounding of each row itself
+where torch's `quantized::linear_dynamic` (the first version of this module) quantizes a whole
+batch with one scale, which took a dozen extra ops a product to undo: on a beam of one sentence
+the product was 4x slower than fp32 for a 256 x 256 weight. Should a torch lack `_int_mm`,
+`quantize` refuses int8 by name.
 
 `quantize(model)` returns an int8 copy of a model for translation, made in well under a second
 (`int8_copy` keeps it for as long as the model's weights do not change; nothing is written to
@@ -25,7 +29,6 @@ the copy: int8 is a setting, and its BLEU against fp32 is measured (docs/benchma
 from __future__ import annotations
 
 import copy
-import warnings
 import weakref
 
 import torch
@@ -33,47 +36,51 @@ from torch import Tensor, nn
 
 from nmt.errors import NMTError
 
+# Both sides are rounded to 7 bits (|q| <= 63): an x86 CPU without VNNI (AVX2 only, the first
+# AVX-512 ones) multiplies int8 pairs into int16 sums that saturate at 32767, and oneDNN shifts one
+# side by 128 to make it unsigned; with 7 bits every pair sum stays below 2 x 191 x 63 = 24066,
+# so every CPU sums the same integers exactly (tests: the same outputs limited to AVX2)
+LEVELS = 63
+
 
 class Int8Product:
     """x -> x Wᵀ + b, W (out, in) held in int8 per output row; x (..., in) quantized per row.
 
-    torch's kernel quantizes its whole input with one scale, so a row's result would depend on
-    the other rows of its batch, and one large row would coarsen all the others. Each row is
-    divided by its largest magnitude first, and one framing row [1, ..., -1] joins them, so the
-    input always spans exactly [-1, 1]: the scale is the same for every call, each row is
-    quantized by its own magnitude (as CTranslate2 quantizes its inputs, per row), and its
-    product is multiplied back and the bias added in fp32. A row's product depends on that row
-    alone, exactly; a translation still moves a little with its batch where the fp32 parts
-    upstream differ in a last bit and a rounding to int8 turns that into a step."""
+    Each row of x is quantized by its own magnitude (as CTranslate2 quantizes its inputs), so a
+    row's product depends on that row alone, exactly; the two int8 matrices multiply into exact
+    int32 sums (`torch._int_mm`, oneDNN's int8 GEMM), which come back to fp32 times the row's
+    and the weight row's scales, with the bias added. A translation still moves a little with
+    its batch where the fp32 parts upstream differ in a last bit and a rounding to int8 turns
+    that into a step."""
 
     def __init__(self, weight: Tensor, bias: Tensor | None = None) -> None:
         weight = weight.detach().float()
-        scales = (weight.abs().amax(dim=1) / 127).clamp(min=1e-12).double()
-        zeros = torch.zeros(weight.size(0), dtype=torch.long)
-        with warnings.catch_warnings():  # torch 2.13 deprecates quantized tensors: see the notes
-            warnings.filterwarnings("ignore", message=".*quantize_per_channel.*deprecated")
-            quantized = torch.quantize_per_channel(weight, scales, zeros, 0, torch.qint8)
-        self.packed = torch.ops.quantized.linear_prepack(quantized, None)
+        self.scales = (weight.abs().amax(dim=1) / LEVELS).clamp(min=1e-12)  # (out,)
+        rounded = torch.round(weight / self.scales[:, None]).to(torch.int8)
+        # (in, out) in its own row-major memory: as fast as a transposed view of the rows or
+        # faster, and `.contiguous()` would keep a one-column view's strides, which oneDNN misreads
+        self.weight = torch.empty(weight.size(1), weight.size(0), dtype=torch.int8)
+        self.weight.copy_(rounded.t())
         self.bias = None if bias is None else bias.detach().float()
         self.out_features = weight.size(0)
-        self.frame = torch.zeros(weight.size(1))
-        self.frame[0], self.frame[-1] = 1.0, -1.0
 
     def __call__(self, x: Tensor, add: Tensor | None = None) -> Tensor:
         """x (..., in) -> (..., out); `add` (R, out), when given, is added in the same pass (a
-        weight packed without bias only: a piece table's share of the gates)."""
-        flat = x.reshape(-1, x.size(-1)).float().contiguous()
-        # the largest magnitude of each row (amax and amin: faster than aminmax or abs here)
-        high, low = flat.amax(dim=1, keepdim=True), flat.amin(dim=1, keepdim=True)
-        magnitude = torch.maximum(high, low.neg_()).clamp_(min=1e-30)  # (R, 1)
-        rows = flat.new_empty(flat.size(0) + 1, flat.size(1))
-        # times the reciprocal (faster than a division), clamped: a product may round past 1,
-        # and then the range would again depend on the batch
-        torch.mul(flat, magnitude.reciprocal(), out=rows[:-1]).clamp_(-1.0, 1.0)
-        rows[-1] = self.frame
-        out = torch.ops.quantized.linear_dynamic(rows, self.packed, True)[:-1]
+        weight made without bias only: a piece table's share of the gates)."""
+        flat = x.reshape(-1, x.size(-1)).float().contiguous()  # (R, in): row-major for oneDNN
+        # each row's step: its largest magnitude over 63 (a row of zeros gets a tiny one)
+        # (abs then amax: torch's inf-norm and aminmax are 10x slower over 320 rows)
+        step = flat.abs().amax(dim=1, keepdim=True).clamp_(min=1e-30).div_(LEVELS)  # (R, 1)
+        # a division, not a product with the reciprocal: the largest entry lands on 63 exactly
+        rows = torch.div(flat, step).round_().to(torch.int8)
+        # exact int32 sums, to fp32, scaled in place: each fresh (R, out) buffer costs (a mixed
+        # int32 x fp32 product and a fresh sum made 320 x 8000 outputs take 9.8 ms, this 2.7)
+        out = torch._int_mm(rows, self.weight).float().mul_(step)
         base = self.bias if add is None else add
-        out = out.mul_(magnitude) if base is None else torch.addcmul(base, out, magnitude)
+        if base is None:
+            out.mul_(self.scales)
+        else:
+            torch.addcmul(base, out, self.scales, out=out)
         return out.view(*x.shape[:-1], self.out_features)
 
 
@@ -94,10 +101,10 @@ def quantize(model: nn.Module) -> nn.Module:
     """An int8 copy of `model` for translation on the CPU (see the module's notes)."""
     if next(model.parameters()).device.type != "cpu":
         raise NMTError("decode.precision=int8 runs on the CPU (torch's x86 int8 kernels)")
-    if not hasattr(torch.ops.quantized, "linear_dynamic"):
+    if not hasattr(torch, "_int_mm"):
         raise NMTError(
-            f"decode.precision=int8 needs torch's quantized ops, which torch {torch.__version__} "
-            "lacks: use decode.precision=fp32 or bf16"
+            f"decode.precision=int8 needs torch's int8 GEMM (torch._int_mm), which torch "
+            f"{torch.__version__} lacks: use decode.precision=fp32 or bf16"
         )
     copied = copy.deepcopy(model).eval()
     for module in list(copied.modules()):
