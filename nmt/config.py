@@ -580,12 +580,6 @@ class DecodeConfig:
             raise NMTError(f"decode.n_best={self.n_best} exceeds decode.beam_size={self.beam_size}")
         if self.strategy == Strategy.greedy and self.n_best != 1:
             raise NMTError("decode.n_best > 1 needs decode=beam or decode=sample")
-        if self.compile and self.precision == Precision.int8:
-            raise NMTError(
-                "decode.compile=true with decode.precision=int8: torch.compile cannot trace "
-                "torch's int8 products (each is a graph break, slower than either alone); "
-                "choose one"
-            )
         if self.temperature <= 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
             raise NMTError("decode.temperature must be > 0, top_p in (0, 1], top_k >= 0")
         if not self.repetition_penalty > 0:

@@ -8,11 +8,11 @@
 Times `Translator.translate_full` without attention maps (tokenization, search and
 detokenization: what a user waits for) on the whole file, once per (strategy, batch size,
 precision) after a warm-up on the first sentences, `--repeats` times, and reports the median of
-each. With `--compile` each precision that can be compiled (not int8) is also timed with
-decode.compile=true, its row named `<precision>-compiled`, after a warm-up over the whole file
-(compiling: its seconds are the row's `warmup_s`), with `same_as_eager`, how many of its
-translations equal those of the same precision uncompiled. The variants of a (strategy, batch
-size) alternate within each repeat, so that a drift of the machine hits them alike. Beam search
+each. With `--compile` each precision is also timed with decode.compile=true, its row named
+`<precision>-compiled`, after a warm-up over the whole file (compiling: its seconds are the
+row's `warmup_s`), with `same_as_eager`, how many of its translations equal those of the same
+precision uncompiled. The variants of a (strategy, batch size) alternate within each repeat, so
+that a drift of the machine hits them alike. Beam search
 uses --beam-size (5) and the gnmt length penalty with alpha 1, as decode=beam does. With `--ref`,
 each row has the sacreBLEU score of its output (and the signature).
 
@@ -134,7 +134,7 @@ def main() -> None:
     # (name, precision, compiled), in the order they are timed and compared
     variants = [(p, p, False) for p in args.precisions]
     if args.compile:
-        variants += [(f"{p}-compiled", p, True) for p in args.precisions if p != "int8"]
+        variants += [(f"{p}-compiled", p, True) for p in args.precisions]
     names = [name for name, _, _ in variants]
 
     ckpt = load_checkpoint(args.ckpt)

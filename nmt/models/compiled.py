@@ -16,6 +16,12 @@ one position in place and never grows them. Parameters are inputs of the graph (
 modules), so a model whose weights change (validation inside training) or another model of the same
 architecture reuses it.
 
+With decode.precision=int8 the int8 copy's step is compiled: its products (`torch._int_mm` and
+the quantization of each input row, nmt/models/int8.py) are plain tensor ops, so the rounding,
+scaling and bias of each product fuse with the layer norms and attention around them; what that
+saves is the Python and the small kernels between products, which is most of a step for one
+sentence and little of it for a batch of 64 (docs/benchmarks.md).
+
 The arithmetic is eager's, fused: the same tokens, scores equal to float rounding
 (tests/test_compiled.py). Compiling costs tens of seconds on a CPU at the first search of each
 kind (`Translator.warm_up` pays it at load), and on a CPU torch's inductor writes C++, so a C++
