@@ -9,8 +9,13 @@ Converts the checkpoint (`nmt-export format=ctranslate2`, into a temporary direc
 data config, with --data-dir as its local_dir), and translates every source sentence with greedy
 search and beam search (--beam-size 5, --length-penalty none or average: the settings that map
 exactly onto CTranslate2; see docs/export.md), both with batches of --batch-size (64) sentences
-sorted by length, on the CPU, in one process: nmt's `Translator` with torch's thread count, and a
-`ctranslate2.Translator` with intra_threads = that count (--threads sets both).
+sorted by length, on the CPU: nmt's `Translator` with torch's thread count in this process, and a
+`ctranslate2.Translator` with intra_threads = that count (--threads sets both; --ct2-threads
+CTranslate2's alone: on a 2-core machine it may run faster on one thread) in a child process
+that waits while nmt runs. Each in its own process, as a user runs them: CTranslate2's wheel
+brings a second OpenMP runtime, and once it has run in a process, torch's parallel kernels there
+slow down (small element-wise ops 17 -> 121 us; nmt int8 beam search 2.4 -> 4.6 s on 500
+sentences, fp32 3.8 -> 4.8 s; AMD EPYC, 2 cores).
 
 Each precision is a pair run side by side: nmt fp32 against CTranslate2 float32 always, and with
 --compute-type int8 also nmt `decode.precision=int8` against CTranslate2 int8 (its weights
@@ -35,12 +40,14 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
+import multiprocessing
 import os
 import statistics
 import tempfile
 import time
 from dataclasses import replace
 from functools import partial
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import torch
@@ -77,6 +84,18 @@ def timed(runners: dict, repeats: int) -> dict:
     return {name: tuple(r) for name, r in results.items()}
 
 
+def ct2_worker(conn: Connection, ct2_dir: str, threads: int, kinds: list[str], exact: bool):
+    """The child process: CTranslate2 translators of each compute type, answering
+    (kind, sources, cfg) with (texts, generated pieces) until it receives None."""
+    ct2 = {kind: CT2Translator(ct2_dir, threads=threads, compute_type=kind) for kind in kinds}
+    conn.send({kind: c.translator.compute_type for kind, c in ct2.items()})
+    while (job := conn.recv()) is not None:
+        kind, sources, cfg = job
+        hypotheses = ct2[kind].hypotheses(Request(sources, cfg), exact_limits=exact)
+        best = [n[0][0] if n else [] for n in hypotheses]
+        conn.send((ct2[kind].detokenize(best), sum(len(p) for p in best)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("ckpt", help="a Transformer checkpoint directory")
@@ -88,6 +107,9 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=0, help="0 = torch's default")
+    parser.add_argument(
+        "--ct2-threads", type=int, default=0, help="CTranslate2's intra_threads (0 = --threads)"
+    )
     parser.add_argument("--ct2-dir", help="an existing ctranslate2 export of the checkpoint")
     parser.add_argument("--one-call-per-batch", action="store_true")
     parser.add_argument("--compile", action="store_true", help="also nmt fp32 decode.compile")
@@ -101,6 +123,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     threads = torch.get_num_threads()
+    ct2_threads = args.ct2_threads or threads
     ckpt = load_checkpoint(args.ckpt)
     data_cfg = ckpt.config.data
     if args.data_dir:
@@ -126,7 +149,15 @@ def main() -> None:
         if args.compute_type not in NMT_PRECISION:
             parser.error(f"--compute-type: one of default, float32, {', '.join(NMT_PRECISION)}")
         pairs.append((NMT_PRECISION[args.compute_type], args.compute_type))
-    ct2 = {kind: CT2Translator(ct2_dir, threads=threads, compute_type=kind) for _, kind in pairs}
+    conn, child_conn = multiprocessing.Pipe()
+    kinds = [kind for _, kind in pairs]
+    child = multiprocessing.get_context("spawn").Process(
+        target=ct2_worker,
+        args=(child_conn, ct2_dir, ct2_threads, kinds, not args.one_call_per_batch),
+        daemon=True,
+    )
+    child.start()
+    compute_types = conn.recv()  # the child has loaded its translators
     eos = ckpt.vocabs.tgt.id_to_piece([EOS])[0]
     translator = Translator(model, ckpt.vocabs, device)
 
@@ -137,10 +168,8 @@ def main() -> None:
         )
 
     def ct2_translate(kind: str, cfg: DecodeConfig) -> tuple[list[str], int]:
-        exact = not args.one_call_per_batch
-        hypotheses = ct2[kind].hypotheses(Request(sources, cfg), exact_limits=exact)
-        best = [n[0][0] if n else [] for n in hypotheses]
-        return ct2[kind].detokenize(best), sum(len(p) for p in best)
+        conn.send((kind, sources, cfg))  # timed from here: the pipe's cost is a millisecond
+        return conn.recv()
 
     load_before = os.getloadavg()
     results = []
@@ -194,8 +223,9 @@ def main() -> None:
                 "data": f"{data_cfg.name} {args.split} ({len(sources)} sentences)",
                 "batch_size": args.batch_size,
                 "ctranslate2_calls": "one per batch" if args.one_call_per_batch else "per limit",
-                "ctranslate2_compute_types": [c.translator.compute_type for c in ct2.values()],
-                "threads": {"torch": threads, "ctranslate2_intra": threads},
+                "ctranslate2_compute_types": list(compute_types.values()),
+                "ctranslate2_process": "its own",
+                "threads": {"torch": threads, "ctranslate2_intra": ct2_threads},
                 "ctranslate2": importlib.metadata.version("ctranslate2"),
                 "torch": torch.__version__,
                 "cpu": cpu_name(),
@@ -210,6 +240,8 @@ def main() -> None:
             indent=2,
         )
     )
+    conn.send(None)
+    child.join()
     if tmp is not None:
         tmp.cleanup()
 

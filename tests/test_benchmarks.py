@@ -87,8 +87,11 @@ def test_bench_ctranslate2_pairs_nmt_and_ctranslate2_at_fp32_and_int8(train_smal
     report = run_script(
         "bench_ctranslate2.py", str(train_small("transformer")), "--data-dir", str(demo_dir),
         "--limit", "16", "--repeats", "1", "--batch-size", "8", "--threads", "1",
-        "--compute-type", "int8", "--compile",
+        "--compute-type", "int8", "--compile", "--ct2-threads", "2",
     )  # fmt: skip
+    # CTranslate2 in a process of its own (its OpenMP runtime slows torch's), with its threads
+    assert report["ctranslate2_process"] == "its own"
+    assert report["threads"] == {"torch": 1, "ctranslate2_intra": 2}
     greedy, beam = report["results"]
     for entry in (greedy, beam):
         names = ("nmt fp32", "ctranslate2 float32", "nmt int8", "ctranslate2 int8", "nmt compiled")
