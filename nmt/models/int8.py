@@ -3,8 +3,8 @@
 Dynamic quantization, as CTranslate2's int8 and torch's own `quantize_dynamic` do it: each weight
 matrix is stored in int8 with one scale per output row (symmetric, per channel), each input row
 is quantized to int8 by its own magnitude at every call (`Int8Product`), the two multiply into
-exact int32 sums in torch's int8 GEMM (`torch._int_mm`, oneDNN's kernels on x86, in every torch
-the project supports) and come back in fp32 with the bias added. Both sides use 7 bits, so that
+exact int32 sums in torch's int8 GEMM (`torch._int_mm`, oneDNN's kernels on x86; measured with
+torch 2.13) and come back in fp32 with the bias added. Both sides use 7 bits, so that
 CPUs without VNNI (AVX2 only), whose int8 products pass through saturating int16 sums, sum the
 same integers: the same inputs give the same outputs on every x86 CPU. The softmax, the search's
 scores, the embeddings, layer norms and recurrent gate functions stay fp32.
