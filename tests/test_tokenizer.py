@@ -19,6 +19,7 @@ from nmt.tokenizer import (
     EOS,
     JOINT_FILE,
     KEPT_FILES,
+    ONE_BY_ONE,
     PAD,
     SRC_FILE,
     TGT_FILE,
@@ -71,6 +72,19 @@ def test_round_trip_is_exact_with_byte_fallback(tmp_path, joint, model_type):
         assert vocab.decode(ids) == [clean(t) for t in texts]
     # Unseen characters really are spelled in bytes.
     assert any(p.startswith("<0x") for p in vocabs.src.pieces("漢"))
+
+
+def test_a_few_texts_and_many_encode_and_decode_alike(tmp_path):
+    """A few texts go to sentencepiece one at a time (its list calls start threads), more as one
+    list: the same ids and texts either way, at any count, none included."""
+    vocab = train_vocabs(SRC, TGT, tmp_path, _cfg(True, PieceModel.unigram)).src
+    texts = (SRC + UNSEEN)[: 2 * ONE_BY_ONE + 3]
+    alone = [vocab.encode([text])[0] for text in texts]
+    for n in (0, 1, ONE_BY_ONE, ONE_BY_ONE + 1, len(texts)):
+        assert vocab.encode(texts[:n]) == alone[:n]
+        assert vocab.decode(alone[:n]) == [vocab.decode([ids])[0] for ids in alone[:n]]
+    assert vocab.decode([[]]) == [""] and vocab.decode([]) == []
+    assert vocab.decode(alone) == [clean(t) for t in texts]
 
 
 @pytest.mark.parametrize(("joint", "model_type"), KINDS)
