@@ -166,3 +166,45 @@ def test_other_weights_reuse_the_graphs(family):
             p.add_(0.01)
     assert_same_search(decode_all(first, sources, BEAM, CPU), decode_all(first, sources, cfg, CPU))
     assert graphs() == made
+
+
+@pytest.mark.parametrize("family", ["transformer", "gru-bahdanau"])
+def test_a_compiled_int8_step_has_the_model_sizes_as_constants(family, monkeypatch):
+    """Only the batch's sizes are symbols in a graph: the int8 weights' sizes are the model's
+    (symbolic feature sizes made inductor write scalar loops, and compiled int8 beam search at
+    batch 64 slower than eager), and a shortlist's int8 rows, whose count changes with the batch,
+    stay symbolic (one graph for every shortlist). Graphs are captured before inductor."""
+    from test_lexicon import random_lexicon
+
+    from nmt.models import compiled
+
+    sizes: list[tuple[str, list]] = []  # (which, sizes) of each int8 input of each graph
+
+    def capture(gm, example_inputs):
+        for node in gm.graph.find_nodes(op="placeholder"):
+            value = node.meta.get("example_value")
+            if isinstance(value, torch.Tensor) and value.dtype == torch.int8:
+                sizes.append((node.name, list(value.shape)))
+        return gm.forward
+
+    compile_ = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda f, **kw: compile_(f, backend=capture, **kw))
+    compiled.compiled.cache_clear()
+    torch._dynamo.reset()
+    try:
+        cfg = replace(BEAM, compile=True, precision=Precision.int8)
+        model, sources = random_model(family), random_sources(5, 7)
+        decode_all(model, sources, cfg, CPU)
+        decode_all(model, sources, replace(cfg, shortlist=3), CPU, lexicon=random_lexicon(3))
+    finally:
+        compiled.compiled.cache_clear()  # later tests compile with inductor again
+        torch._dynamo.reset()
+
+    def symbolic(shape: list) -> bool:
+        return any(isinstance(size, torch.SymInt) for size in shape)
+
+    # the step's argument `output` holds the shortlist's rows; the model's are under `self`
+    rows = [shape for name, shape in sizes if name.startswith("l_output_")]
+    model_sized = [(name, shape) for name, shape in sizes if not name.startswith("l_output_")]
+    assert model_sized and [(name, s) for name, s in model_sized if symbolic(s)] == []
+    assert rows and all(symbolic(shape) for shape in rows)

@@ -35,6 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from nmt.errors import NMTError
+from nmt.models.compiled import sized_by_the_model
 
 # Both sides are rounded to 7 bits (|q| <= 63): an x86 CPU without VNNI (AVX2 only, the first
 # AVX-512 ones) multiplies int8 pairs into int16 sums that saturate at 32767, and oneDNN shifts one
@@ -53,7 +54,10 @@ class Int8Product:
     its batch where the fp32 parts upstream differ in a last bit and a rounding to int8 turns
     that into a step."""
 
-    def __init__(self, weight: Tensor, bias: Tensor | None = None) -> None:
+    def __init__(self, weight: Tensor, bias: Tensor | None = None, per_batch: bool = False) -> None:
+        """`per_batch`: the weight's rows change from batch to batch (a shortlist's output rows),
+        so a compiled step keeps its sizes symbolic; other products are the model's own, sized
+        by it (`sized_by_the_model`)."""
         weight = weight.detach().float()
         self.scales = (weight.abs().amax(dim=1) / LEVELS).clamp(min=1e-12)  # (out,)
         rounded = torch.round(weight / self.scales[:, None]).to(torch.int8)
@@ -63,6 +67,9 @@ class Int8Product:
         self.weight.copy_(rounded.t())
         self.bias = None if bias is None else bias.detach().float()
         self.out_features = weight.size(0)
+        for tensor in (self.weight, self.scales, self.bias):
+            if tensor is not None and not per_batch:
+                sized_by_the_model(tensor)
 
     def __call__(self, x: Tensor, add: Tensor | None = None) -> Tensor:
         """x (..., in) -> (..., out); `add` (R, out), when given, is added in the same pass (a

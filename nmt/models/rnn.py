@@ -15,7 +15,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 
 from nmt.config import Bridge, Cell, DecoderStyle, RNNConfig
 from nmt.models.attention import Attention, Prepared, build_attention
-from nmt.models.compiled import compiled
+from nmt.models.compiled import compiled, sized_by_the_model
 from nmt.models.dropout import Dropout
 from nmt.models.int8 import Int8Product
 from nmt.models.seq2seq import EncoderOutput, OutputRows
@@ -336,6 +336,9 @@ class PieceTables:
         self.emb = torch.cat(tables, dim=1)
         self.gates_hidden = rnn.weight_hh_l0.t().contiguous()  # (H, G*H)
         self.gates_bias = rnn.bias_hh_l0
+        for table in (self.emb, self.input_rest, self.output_rest, self.gates_hidden):
+            if table is not None:
+                sized_by_the_model(table)
         # an int8 model's products (the tables themselves are gathered rows: fp32)
         self.int8_input = self.int8_hidden = self.int8_output = None
         if decoder.int8:

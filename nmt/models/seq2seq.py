@@ -90,7 +90,7 @@ class Seq2Seq(nn.Module):
         weight, bias = self.decoder.output_layer()
         rows = OutputRows(weight[ids], None if bias is None else bias[ids])
         if getattr(self.decoder, "int8", False):  # an int8 model's rows multiply in int8 too
-            rows.int8 = Int8Product(rows.weight, rows.bias)
+            rows.int8 = Int8Product(rows.weight, rows.bias, per_batch=True)
         return rows
 
     def forward(
