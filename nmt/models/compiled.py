@@ -11,9 +11,10 @@ model: its spare buffers and the strides of gathered tensors travelled through t
 Shapes are dynamic (`dynamic=True`): one graph serves every batch size, beam width, source length
 and position, except that torch specialises sizes of 1 (one sentence, a beam's first step), so a
 model has a few graphs. The model's own sizes (its parameters', and those of the tensors made
-from them: `sized_by_the_model`) are constants in a graph, so that its kernels are written for them. For a compiled step the search preallocates the Transformer's
-self-attention caches to the batch's length limit (`init_state(encoded, steps)`), so a step writes
-one position in place and never grows them. Parameters are inputs of the graph (torch inlines nn
+from them: `sized_by_the_model`) are constants in a graph, so that its kernels are written for
+them. For a compiled step the search preallocates the Transformer's self-attention caches to the
+batch's length limit (`init_state(encoded, steps)`), so a step writes one position in place and
+never grows them. Parameters are inputs of the graph (torch inlines nn
 modules), so a model whose weights change (validation inside training) or another model of the same
 architecture reuses it.
 
