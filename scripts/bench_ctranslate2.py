@@ -19,8 +19,8 @@ sentences, fp32 3.8 -> 4.8 s; AMD EPYC, 2 cores).
 
 Each precision is a pair run side by side: nmt fp32 against CTranslate2 float32 always, and with
 --compute-type int8 also nmt `decode.precision=int8` against CTranslate2 int8 (its weights
-quantized on load; `bfloat16` pairs with nmt bf16); with --compile, nmt fp32 with
-decode.compile=true is a third against CTranslate2 float32 (compiled during its warm-up).
+quantized on load; `bfloat16` pairs with nmt bf16); with --compile, nmt with decode.compile=true
+at each precision joins its pair (compiled during its warm-up).
 CTranslate2 takes one length limit per call and ours grows with the source, so each batch goes to
 it in one call per run of sentences with the same limit (`nmt.export.ct2.translate_pieces`;
 --one-call-per-batch: one call with the batch's largest limit, where sentences that reach their own
@@ -31,8 +31,9 @@ the sacreBLEU score of each output against the references and the fraction of id
 lines of each pair.
 
 The JSON's `"headline"` (beam search, and the same for greedy under `"greedy"`): `fp32_vs_ct2` and
-`int8_vs_ct2`, nmt's sentences/s over CTranslate2's at the same precision (`compiled_vs_ct2` with
---compile), and `int8_bleu_delta`, nmt int8's BLEU minus nmt fp32's.
+`int8_vs_ct2`, nmt's sentences/s over CTranslate2's at the same precision (`fp32_compiled_vs_ct2`
+and `int8_compiled_vs_ct2` with --compile), and `int8_bleu_delta`, nmt int8's BLEU minus nmt
+fp32's.
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ def main() -> None:
     )
     parser.add_argument("--ct2-dir", help="an existing ctranslate2 export of the checkpoint")
     parser.add_argument("--one-call-per-batch", action="store_true")
-    parser.add_argument("--compile", action="store_true", help="also nmt fp32 decode.compile")
+    parser.add_argument("--compile", action="store_true", help="also nmt with decode.compile")
     parser.add_argument(
         "--compute-type",
         default="default",
@@ -184,12 +185,12 @@ def main() -> None:
         )
         runners = {}
         for precision, kind in pairs:
-            runners[f"nmt {precision.value}"] = partial(
-                nmt_translate, replace(cfg, precision=precision)
-            )
+            ours = replace(cfg, precision=precision)
+            runners[f"nmt {precision.value}"] = partial(nmt_translate, ours)
             runners[f"ctranslate2 {kind}"] = partial(ct2_translate, kind, cfg)
-        if args.compile:
-            runners["nmt compiled"] = partial(nmt_translate, replace(cfg, compile=True))
+            if args.compile:
+                compiled = replace(ours, compile=True)
+                runners[f"nmt {precision.value} compiled"] = partial(nmt_translate, compiled)
         runs = timed(runners, args.repeats)
         entry: dict = {"strategy": cfg.describe()}
         for name, ((out, pieces), times) in runs.items():
@@ -206,7 +207,10 @@ def main() -> None:
         entry["bleu_signature"] = str(metric.get_signature())
         compared = [(p.value, f"nmt {p.value}", f"ctranslate2 {kind}") for p, kind in pairs]
         if args.compile:
-            compared.append(("compiled", "nmt compiled", "ctranslate2 float32"))
+            compared += [
+                (f"{p.value}_compiled", f"nmt {p.value} compiled", f"ctranslate2 {kind}")
+                for p, kind in pairs
+            ]
         for name, nmt_name, ct2_name in compared:
             ours, theirs = runs[nmt_name], runs[ct2_name]
             same = sum(a == b for a, b in zip(ours[0][0], theirs[0][0]))
@@ -234,9 +238,7 @@ def main() -> None:
                 "conversion_s": convert_s,
                 # other processes on the machine: 1-minute load average before and after
                 "load_average": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
-                "headline": headline(
-                    results, [p.value for p, _ in pairs] + (["compiled"] if args.compile else [])
-                ),
+                "headline": headline(results, [name for name, _, _ in compared]),
                 "results": results,
             },
             indent=2,
@@ -257,8 +259,9 @@ def headline(results: list[dict], precisions: list[str]) -> dict:
         for name in precisions:
             out[f"{name}_vs_ct2"] = entry[f"{name}_vs_ct2"]
             out[f"{name}_identical_lines"] = entry[f"{name}_identical_lines"]
-            if name not in ("fp32", "compiled"):
-                delta = entry[f"nmt {name}"]["bleu"] - entry["nmt fp32"]["bleu"]
+            if not name.startswith("fp32"):
+                ours = entry[f"nmt {name.replace('_', ' ')}"]
+                delta = ours["bleu"] - entry["nmt fp32"]["bleu"]
                 out[f"{name}_bleu_delta"] = round(delta, 2)
         return out
 
