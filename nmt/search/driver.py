@@ -4,6 +4,7 @@ translator batches) with the configured strategy, the results in input order."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 
 import torch
@@ -13,6 +14,7 @@ from nmt.device import autocast
 from nmt.errors import NMTError
 from nmt.inputs import length_batches
 from nmt.lexicon import Lexicon
+from nmt.models.compiled import settings as compile_settings
 from nmt.models.int8 import int8_copy
 from nmt.models.seq2seq import Seq2Seq
 from nmt.search.batch import SearchBatch
@@ -62,7 +64,9 @@ def search_all(
         model = int8_copy(model)
     results: list[Decoded] = [Decoded([]) for _ in job.sources]
     rules = StepRules.build(job, device)  # the job's own; each batch adds its sentences'
-    with autocast(device, cfg.precision):
+    # a compiled step's torch settings once for the whole search, not around every step
+    in_force = compile_settings() if cfg.compile else contextlib.nullcontext()
+    with autocast(device, cfg.precision), in_force:
         for index in length_batches([len(ids) for ids in job.sources], cfg.batch_size):
             batch = SearchBatch.build(model, job, index, device, lexicon, rules)
             for i, result in zip(index, _decode(model, batch)):
