@@ -554,8 +554,8 @@ class DecodeConfig:
     # (nmt/models/compiled.py): the same tokens as without, scores to float rounding; the first
     # search of each kind of batch compiles (tens of seconds on a CPU; nmt-serve and the prompt
     # of nmt-translate do it at load), and a CPU needs a C++ compiler. With precision=int8 the
-    # int8 step compiles (the fastest path for one sentence at a time, docs/benchmarks.md); a
-    # rare line may differ there, where a last bit of fp32 moves a rounding to int8
+    # int8 step compiles (nmt's fastest path on the CPU, docs/benchmarks.md); a rare line may
+    # differ there, where a last bit of fp32 moves a rounding to int8
     compile: bool = False
     # every translation starts with this target text (a forced prefix, scored by the model):
     # interactive translation, "what if" re-decoding. Per-text prefixes (a call's `prefixes`,
