@@ -21,6 +21,7 @@ from nmt.models import build_model
 from nmt.models.compiled import check_compile
 from nmt.models.ensemble import Ensemble
 from nmt.search import decode_all
+from nmt.tokenizer import PAD
 from nmt.translate import Translator
 
 CPU = torch.device("cpu")
@@ -208,3 +209,35 @@ def test_a_compiled_int8_step_has_the_model_sizes_as_constants(family, monkeypat
     model_sized = [(name, shape) for name, shape in sizes if not name.startswith("l_output_")]
     assert model_sized and [(name, s) for name, s in model_sized if symbolic(s)] == []
     assert rows and all(symbolic(shape) for shape in rows)
+
+
+@pytest.mark.parametrize("family", ["transformer", "gru-bahdanau"])
+def test_compiled_int8_search_with_shortlists_of_other_sizes_equals_eager_in_the_same_graphs(
+    family,
+):
+    """A shortlist's output rows are made per batch, in int8 too (`per_batch`): the compiled
+    step gives eager's search over them, and a batch whose shortlist has another size reuses
+    the graphs."""
+    from test_lexicon import random_lexicon
+
+    model, lexicon = random_model(family), random_lexicon(2)
+    cfg = replace(BEAM, precision=Precision.int8, shortlist=2, shortlist_frequent=0)
+    batches = [random_sources(5, 2, max_len=4), random_sources(6, 7)]
+    columns = [lexicon.shortlist(_padded(sources), 2, 0).ids.numel() for sources in batches]
+    assert columns[0] != columns[1]
+    torch._dynamo.reset()
+    made = None
+    for sources in batches:
+        eager = decode_all(model, sources, cfg, CPU, lexicon=lexicon)
+        compiled = decode_all(model, sources, replace(cfg, compile=True), CPU, lexicon=lexicon)
+        assert_same_search(eager, compiled)
+        made = graphs() if made is None else made
+    assert graphs() == made
+
+
+def _padded(sources: list[list[int]]) -> torch.Tensor:
+    """(B, S) ids, PAD-padded (PAD's row of a lexicon holds no translation)."""
+    out = torch.full((len(sources), max(map(len, sources))), PAD, dtype=torch.long)
+    for row, ids in enumerate(sources):
+        out[row, : len(ids)] = torch.tensor(ids)
+    return out
