@@ -14,9 +14,8 @@ model has a few graphs. The model's own sizes (its parameters', and those of the
 from them: `sized_by_the_model`) are constants in a graph, so that its kernels are written for
 them. For a compiled step the search preallocates the Transformer's self-attention caches to the
 batch's length limit (`init_state(encoded, steps)`), so a step writes one position in place and
-never grows them. Parameters are inputs of the graph (torch inlines nn
-modules), so a model whose weights change (validation inside training) or another model of the same
-architecture reuses it.
+never grows them. Parameters are inputs of the graph (torch inlines nn modules), so a model whose
+weights change (validation inside training) or another model of the same architecture reuses it.
 
 With decode.precision=int8 the int8 copy's step is compiled: its products (`torch._int_mm` and
 the quantization of each input row, nmt/models/int8.py) are plain tensor ops, so the rounding,
