@@ -176,6 +176,13 @@ def main() -> None:
 
     load_before = os.getloadavg()
     results = []
+    # (name in the JSON, nmt's runner, CTranslate2's runner) of each comparison
+    compared = [(p.value, f"nmt {p.value}", f"ctranslate2 {kind}") for p, kind in pairs]
+    if args.compile:
+        compared += [
+            (f"{p.value}_compiled", f"nmt {p.value} compiled", f"ctranslate2 {kind}")
+            for p, kind in pairs
+        ]
     for strategy in ("greedy", "beam"):
         cfg = DecodeConfig(
             strategy=Strategy(strategy),
@@ -205,12 +212,6 @@ def main() -> None:
                 "bleu": round(bleu, 2),
             }
         entry["bleu_signature"] = str(metric.get_signature())
-        compared = [(p.value, f"nmt {p.value}", f"ctranslate2 {kind}") for p, kind in pairs]
-        if args.compile:
-            compared += [
-                (f"{p.value}_compiled", f"nmt {p.value} compiled", f"ctranslate2 {kind}")
-                for p, kind in pairs
-            ]
         for name, nmt_name, ct2_name in compared:
             ours, theirs = runs[nmt_name], runs[ct2_name]
             same = sum(a == b for a, b in zip(ours[0][0], theirs[0][0]))
