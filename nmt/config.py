@@ -198,7 +198,7 @@ SPECIAL_PIECES = ("<pad>", "<unk>", "<s>", "</s>")
 
 @dataclass
 class CorpusConfig:
-    """One entry of `data.corpora` (nmt/corpora.py): a corpus, its languages, its share of an
+    """One entry of `data.corpora` (nmt/data/corpora.py): a corpus, its languages, its share of an
     epoch and its tags. A key left null takes the value of `data` (its files, splits, format and
     languages), so `data.local_dir=DIR` on the command line serves every entry that names none."""
 
@@ -235,11 +235,12 @@ class DataConfig:
     local_splits: SplitNames = field(default_factory=lambda: SplitNames(valid="valid"))
     max_len: int = 100  # training pairs longer than this (in pieces, either side) are dropped
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
-    # where the tokenizer and the tokenized training split are kept between runs (nmt/cache.py);
-    # None = $XDG_CACHE_HOME/nmt or ~/.cache/nmt
+    # where the tokenizer and the tokenized training split are kept between runs
+    # (nmt/data/cache.py); None = $XDG_CACHE_HOME/nmt or ~/.cache/nmt
     cache_dir: str | None = None
     num_proc: int = 0  # processes that tokenize the training split the first time; 0 = one a core
-    # several corpora or language pairs in one model (nmt/corpora.py); [] = the one corpus above
+    # several corpora or language pairs in one model (nmt/data/corpora.py); [] = the one corpus
+    # above
     corpora: list[CorpusConfig] = field(default_factory=list)
     # sampling across data.corpora: T = 1 keeps each corpus's own share (weights aside), a larger
     # T flattens the shares toward uniform (multilingual NMT uses T = 5)
@@ -559,16 +560,18 @@ class DecodeConfig:
     compile: bool = False
     # every translation starts with this target text (a forced prefix, scored by the model):
     # interactive translation, "what if" re-decoding. Per-text prefixes (a call's `prefixes`,
-    # nmt-translate's TSV input, the HTTP API's "prefix") take its place (nmt.request)
+    # nmt-translate's TSV input, the HTTP API's "prefix") take its place (nmt.translation.request)
     prefix: str = ""
     # phrases (target text) no translation may contain, in every strategy: the search blocks a
-    # phrase's last piece where a hypothesis ends with its other pieces (nmt.search.rules; which
-    # piece sequences that covers: nmt.phrases.banned_forms). One list for all texts; a call's
-    # `banned` adds to it (nmt.request)
+    # phrase's last piece where a hypothesis ends with its other pieces
+    # (nmt.translation.search.rules; which piece sequences that covers:
+    # nmt.translation.phrases.banned_forms). One list for all texts; a call's `banned` adds to it
+    # (nmt.translation.request)
     banned: list[str] = field(default_factory=list)
     # phrases (target text) every translation must contain, each contiguous, in an order the
-    # search chooses (positive constraints; beam search only, nmt.search.positive). One list
-    # for all texts; a call's `constraints` (one list per text) take its place (nmt.request)
+    # search chooses (positive constraints; beam search only, nmt.translation.search.constraints).
+    # One list for all texts; a call's `constraints` (one list per text) take its place
+    # (nmt.translation.request)
     constraints: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -638,9 +641,9 @@ class DecodeConfig:
         return text
 
     def step_rules(self) -> dict[str, object]:
-        """The settings that turn on a step rule of the search (`nmt.search.rules`), with their
-        values: what a translator that does not apply a rule (an exported runtime) must refuse
-        rather than ignore. The minimum length is every translator's."""
+        """The settings that turn on a step rule of the search (`nmt.translation.search.rules`),
+        with their values: what a translator that does not apply a rule (an exported runtime) must
+        refuse rather than ignore. The minimum length is every translator's."""
         # each rule's setting and the value that turns it off
         off = {"no_repeat_ngram": 0, "repetition_penalty": 1.0}
         return {k: getattr(self, k) for k, value in off.items() if getattr(self, k) != value}

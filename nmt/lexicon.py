@@ -20,16 +20,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from nmt.errors import NMTError
 from nmt.tokenizer import EOS
-
-if TYPE_CHECKING:  # the search fills it in; the table itself knows no model
-    from nmt.models.seq2seq import OutputRows
 
 LEXICON_FILE = "lexicon.pt"
 NO_LEXICON = (
@@ -42,12 +38,12 @@ SPECIALS = EOS + 1  # PAD, UNK, BOS, EOS: ids 0..3 on both sides, always scored
 @dataclass
 class Shortlist:
     """The target pieces one batch scores. ids (C,) ascending, so the specials come first and
-    keep their ids (EOS is column EOS); allowed (B, C): which of them each sentence may produce;
-    output: the output layer's rows for `ids` (filled in by the search, once per batch)."""
+    keep their ids (EOS is column EOS); allowed (B, C): which of them each sentence may produce.
+    The table knows no model: the search takes the output layer's rows for `ids` once per batch
+    (`nmt.translation.search.batch`)."""
 
     ids: Tensor
     allowed: Tensor
-    output: OutputRows | None = None
 
 
 @dataclass
@@ -96,6 +92,18 @@ class Lexicon:
     def save(self, path: Path) -> None:
         table = {"translations": self.translations.int(), "frequent": self.frequent.int()}
         torch.save({k: v.cpu() for k, v in table.items()}, path)
+
+
+def check_lexicon(lexicon: Lexicon | None, src_size: int, tgt_size: int) -> None:
+    """Raise NMTError unless `lexicon` exists and was learned for vocabularies of these sizes
+    (what decode.shortlist needs of a checkpoint)."""
+    if lexicon is None:
+        raise NMTError(NO_LEXICON)
+    if lexicon.shape != (src_size, tgt_size):
+        raise NMTError(
+            "the checkpoint's lexicon.pt was learned for another vocabulary: "
+            "python -m nmt.cli.lexicon CKPT_DIR learns it again"
+        )
 
 
 def load_lexicon(directory: Path) -> Lexicon | None:

@@ -3,6 +3,8 @@ hypotheses against the references as read (whitespace runs collapsed, which none
 tokenizer, chrF or TER can see), each reported with its sacreBLEU signature so that it can be
 compared with others; and the perplexity that training logs.
 
+`percentiles` is how the benchmark scripts under scripts/ report latencies.
+
 `compare` tells whether systems differ by more than chance: sacreBLEU's paired bootstrap
 resampling (`sacrebleu.significance.PairedTest`, Koehn 2004), each system against a baseline on
 the same sentences, with a 95% confidence interval for each system's score.
@@ -20,6 +22,25 @@ from sacrebleu.metrics import BLEU, CHRF, TER
 from sacrebleu.significance import PairedTest
 
 from nmt.errors import NMTError
+
+
+def percentiles(
+    values: list[float], qs: tuple[int, ...] = (50, 90, 99), scale: float = 1.0, digits: int = 1
+) -> dict[str, float | None]:
+    """{"p50": ..., "p90": ..., "p99": ...} of `values` times `scale` (1000: seconds to ms),
+    rounded, by linear interpolation between ranks (numpy's default); None for no values."""
+    ordered = sorted(values)
+    out: dict[str, float | None] = {}
+    for q in qs:
+        if not ordered:
+            out[f"p{q}"] = None
+            continue
+        rank = (len(ordered) - 1) * q / 100
+        low = int(rank)
+        high = min(low + 1, len(ordered) - 1)
+        value = ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+        out[f"p{q}"] = round(value * scale, digits)
+    return out
 
 
 @dataclass

@@ -164,8 +164,9 @@ class TranslateRunConfig(CheckpointsConfig):
     # batch mode: each input line is source<TAB>phrase<TAB>phrase..., and its translation contains
     # every phrase (positive constraints, beam search only; a line without a tab has none)
     constraints_tsv: bool = False
-    # checkpoints (a path or a list) that rescore each line's n-best list (nmt/rerank.py): the
-    # translation is the hypothesis with the best weighted sum of the features; batch mode only
+    # checkpoints (a path or a list) that rescore each line's n-best list
+    # (nmt/translation/rerank.py): the translation is the hypothesis with the best weighted sum of
+    # the features; batch mode only
     rerank: Any = None  # str | list[str] | None (OmegaConf has no union of str and list)
     # the features' weights: the main model's normalised score, then each rerank model's
     # log-probability per piece; None = equal (scripts/rerank_tune.py chooses them on valid)
@@ -218,8 +219,8 @@ class TranslateRunConfig(CheckpointsConfig):
 
 
 def check_rerank_weights(models: int, weights: Sequence[float] | None) -> list[float]:
-    """Reranking's weights (`nmt.rerank`) with `models` rerank checkpoints: the main model's,
-    then one per rerank checkpoint, each >= 0 and one > 0; None gives equal weights."""
+    """Reranking's weights (`nmt.translation.rerank`) with `models` rerank checkpoints: the main
+    model's, then one per rerank checkpoint, each >= 0 and one > 0; None gives equal weights."""
     if weights is None:
         return [1.0] * (models + 1)
     weights = [float(w) for w in weights]

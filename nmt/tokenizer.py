@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -38,6 +39,13 @@ KEPT_FILES = {"src": "pieces.src.tsv", "tgt": "pieces.tgt.tsv"}
 # piece list both share
 MARIAN_FILES = {"src": "source.spm", "tgt": "target.spm", "pieces": "pieces.marian.json"}
 SPECIAL_PIECES = ("<pad>", "<unk>", "<s>", "</s>")  # PAD, UNK, BOS, EOS
+_SPACE = re.compile(r"[\s\ufeff]+")  # whitespace, and a byte-order mark left by some editors
+
+
+def clean(text: str) -> str:
+    """Collapse whitespace runs (tabs, newlines, NBSP, byte-order marks...) to one space and strip
+    the ends. Applied to sources, references and outputs alike: no output holds a newline."""
+    return _SPACE.sub(" ", text).strip()
 
 
 class Vocab:
@@ -120,7 +128,7 @@ class Vocab:
     def piece_ids(self) -> dict[str, int]:
         """Every piece a model with this vocabulary can produce, by its text: the specials
         (PAD, UNK, BOS, EOS) and pruned pieces left out. What a phrase is spelled with
-        (`nmt.phrases`)."""
+        (`nmt.translation.phrases`)."""
         out = {}
         for sp_id in range(self.sp.GetPieceSize()):
             ours = sp_id if self.kept is None else self._ours[sp_id]
@@ -244,7 +252,8 @@ class PieceSampler:
     SetRandomGeneratorSeed is mixed with entropy drawn once per process, so a resumed run (a new
     process) would draw other segmentations; hence a unigram model and a finite n-best size,
     which `TokenizerConfig` requires. The candidates come from `Vocab.nbest`, computed once per
-    corpus (`nmt.tokenized`); a segmentation's log-probability is the sum of its pieces' scores."""
+    corpus (`nmt.data.tokenized`); a segmentation's log-probability is the sum of its pieces'
+    scores."""
 
     def __init__(self, vocab: Vocab, cfg: TokenizerConfig) -> None:
         self.alpha = cfg.sample_alpha

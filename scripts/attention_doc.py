@@ -104,7 +104,7 @@ def name_of(model_cfg) -> str:
 
 
 def draw(runs: list[Path], source: str, reference: str) -> None:
-    from nmt.attention_map import save_heatmap, save_heatmap_grid, select_map
+    from nmt.translation.attention_map import save_heatmap, save_heatmap_grid, select_map
 
     IMAGES.mkdir(parents=True, exist_ok=True)
     panels = []

@@ -39,13 +39,13 @@ from sacrebleu.metrics import BLEU
 
 from nmt.checkpoint import load_checkpoint
 from nmt.config import DecodeConfig, LengthPenalty, Strategy
-from nmt.data import read_lines
+from nmt.data.splits import read_lines
 from nmt.device import describe, resolve_device
 from nmt.errors import NMTError
 from nmt.models import restore_model
-from nmt.phrases import constraint_ids
 from nmt.tokenizer import Vocab
-from nmt.translate import Translator
+from nmt.translation.phrases import constraint_ids
+from nmt.translation.translator import Translator
 
 # a fixed glossary for Multi30k-like German: frequent caption words with one fixed translation,
 # as a client's glossary would impose (the references do not always agree with it)

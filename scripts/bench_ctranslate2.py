@@ -56,15 +56,15 @@ from sacrebleu.metrics import BLEU
 
 from nmt.checkpoint import load_checkpoint
 from nmt.config import DecodeConfig, LengthPenalty, Precision, Split, Strategy
-from nmt.data import read_split
+from nmt.data.splits import read_split
 from nmt.device import cpu_name
 from nmt.export.ct2 import CT2Translator
 from nmt.export.exporter import export_checkpoint
 from nmt.models import restore_model
-from nmt.request import Request
 from nmt.run_config import ExportFormat
 from nmt.tokenizer import EOS
-from nmt.translate import Translator
+from nmt.translation.request import Request
+from nmt.translation.translator import Translator
 
 # CTranslate2's compute types that nmt has a precision for
 NMT_PRECISION = {"int8": Precision.int8, "int8_float32": Precision.int8, "bfloat16": Precision.bf16}

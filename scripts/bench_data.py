@@ -19,8 +19,8 @@ import statistics
 import tempfile
 import time
 
-from nmt.batches import epoch_batches
 from nmt.cli import main as cli
+from nmt.data.batches import epoch_batches
 from nmt.device import cpu_name
 from nmt.training.setup import prepare_run
 

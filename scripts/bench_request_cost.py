@@ -34,11 +34,11 @@ from pathlib import Path
 import torch
 
 from nmt.config import DecodeConfig, LengthPenalty, Strategy
-from nmt.data import read_lines
+from nmt.data.splits import read_lines
 from nmt.device import describe
-from nmt.request import Request
 from nmt.serving.protocol import MAX_BANNED, MAX_CONSTRAINTS, check_request
-from nmt.translate import Translator
+from nmt.translation.request import Request
+from nmt.translation.translator import Translator
 
 WORD = re.compile(r"[^\W\d_]{3,}")
 

@@ -29,10 +29,10 @@ import torch
 from nmt.checkpoint import load_checkpoint
 from nmt.cli import main as cli
 from nmt.config import DecodeConfig, LengthPenalty, Strategy
-from nmt.data import read_lines
+from nmt.data.splits import read_lines
 from nmt.device import describe, resolve_device
 from nmt.models import restore_model
-from nmt.translate import Translator
+from nmt.translation.translator import Translator
 
 
 def timed(action, repeats: int, device: torch.device) -> float:

@@ -54,8 +54,9 @@ import httpx
 
 from nmt.checkpoint import load_checkpoint
 from nmt.config import DecodeConfig, Strategy
-from nmt.inputs import read_sources
+from nmt.metrics import percentiles
 from nmt.serving.protocol import text_cost
+from nmt.translation.inputs import read_sources
 
 SERVE = "from nmt.cli.main import main_serve; main_serve()"
 
@@ -104,12 +105,6 @@ class Server:
 
     def rss_mb(self) -> float:
         return rss_mb(self.process.pid)
-
-
-def percentile(sorted_values: list[float], q: float) -> float:
-    if not sorted_values:
-        return float("nan")
-    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
 
 
 class Connection:
@@ -191,9 +186,7 @@ async def load(
         "seconds": round(elapsed, 2),
         "requests_per_s": round(len(latencies) / elapsed, 1),
         "latency_ms": {
-            "p50": round(1000 * percentile(latencies, 0.50), 1),
-            "p90": round(1000 * percentile(latencies, 0.90), 1),
-            "p99": round(1000 * percentile(latencies, 0.99), 1),
+            **percentiles(latencies, scale=1000),
             "max": round(1000 * latencies[-1], 1) if latencies else None,
         },
     }

@@ -19,8 +19,8 @@ import tempfile
 
 import numpy as np
 
-from nmt.batches import epoch_batches
 from nmt.cli import main as cli
+from nmt.data.batches import epoch_batches
 from nmt.training.setup import prepare_run
 
 

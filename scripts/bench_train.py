@@ -33,8 +33,8 @@ import time
 
 import torch
 
-from nmt.batches import epoch_batches
 from nmt.cli import main as cli
+from nmt.data.batches import epoch_batches
 from nmt.device import check_precision, describe, resolve_device
 from nmt.training.setup import prepare_run
 from nmt.training.trainer import Trainer

@@ -46,10 +46,11 @@ from sacrebleu.metrics import BLEU
 
 from nmt.checkpoint import load_checkpoint
 from nmt.config import DecodeConfig, LengthPenalty, Precision, Strategy
-from nmt.data import read_lines
+from nmt.data.splits import read_lines
 from nmt.device import describe, resolve_device
+from nmt.metrics import percentiles
 from nmt.models import restore_model
-from nmt.translate import Translation, Translator
+from nmt.translation.translator import Translation, Translator
 
 
 def decode_config(
@@ -87,15 +88,6 @@ def precisions(text: str) -> list[str]:
         if name not in valid:
             raise argparse.ArgumentTypeError(f"{name!r} is not one of {', '.join(valid)}")
     return names
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The q-th percentile (0-100) of `values`, by linear interpolation between ranks."""
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100
-    low = int(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
 def main() -> None:
@@ -280,7 +272,7 @@ def row(
     }
     if batch_size == 1:  # each sentence's median over the repeats, then over the sentences
         each = [statistics.median(times) * 1000 for times in zip(*runs)]
-        entry["latency_ms"] = {f"p{q}": round(percentile(each, q), 2) for q in (50, 90, 99)}
+        entry["latency_ms"] = percentiles(each, digits=2)
     return entry
 
 

@@ -28,10 +28,10 @@ import torch
 from nmt.checkpoint import load_checkpoint
 from nmt.cli.translate import translate_stream
 from nmt.config import DecodeConfig, Strategy
-from nmt.data import read_lines
+from nmt.data.splits import read_lines
 from nmt.device import describe, resolve_device
 from nmt.models import restore_model
-from nmt.translate import Translator
+from nmt.translation.translator import Translator
 
 WARM_UP = 1000  # lines after which memory should no longer grow
 

@@ -31,10 +31,10 @@ from pathlib import Path
 import torch
 
 from nmt.config import DecodeConfig, LengthPenalty, Strategy
-from nmt.data import read_lines
+from nmt.data.splits import read_lines
 from nmt.errors import NMTError
-from nmt.phrases import constraint_ids
-from nmt.translate import Translation, Translator
+from nmt.translation.phrases import constraint_ids
+from nmt.translation.translator import Translation, Translator
 
 WORD = re.compile(r"[^\W\d_]{3,}")
 

@@ -34,12 +34,12 @@ from sacrebleu.metrics import BLEU
 from nmt.checkpoint import load_checkpoint
 from nmt.cli.file_job import FileJob, model_digests, rank_device, show_progress
 from nmt.config import DecodeConfig, LengthPenalty, Strategy
-from nmt.data import read_lines
+from nmt.data.splits import read_lines
 from nmt.device import resolve_device
+from nmt.distributed import Dist, from_environment
 from nmt.models import restore_model
 from nmt.run_config import flatten
-from nmt.training.distributed import Dist, from_environment
-from nmt.translate import Translator
+from nmt.translation.translator import Translator
 
 
 def _write(path: Path, lines: list[str]) -> None:

@@ -31,7 +31,7 @@ import torch
 from nmt.cli import main as cli
 from nmt.config import DecodeConfig, LengthPenalty, Strategy
 from nmt.pretrained.marian import import_marian
-from nmt.translate import Translator
+from nmt.translation.translator import Translator
 
 MAX_NEW = 100  # generated pieces at most, both systems
 

@@ -22,8 +22,8 @@ import tempfile
 
 from torch.profiler import ProfilerActivity, profile
 
-from nmt.batches import epoch_batches
 from nmt.cli import main as cli
+from nmt.data.batches import epoch_batches
 from nmt.device import describe, resolve_device
 from nmt.training.setup import prepare_run
 from nmt.training.trainer import Trainer

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import sacrebleu
 
-from nmt.data import read_lines
+from nmt.data.splits import read_lines
 
 
 def main() -> None:

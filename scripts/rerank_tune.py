@@ -1,4 +1,5 @@
-"""Choose n-best reranking weights on a valid set (nmt/rerank.py), and say what they give.
+"""Choose n-best reranking weights on a valid set (nmt/translation/rerank.py), and say what they
+give.
 
     python scripts/rerank_tune.py --ckpt runs/a/checkpoints/best --rerank runs/b/checkpoints/best \\
         --src valid.de --ref valid.en [--n-best 5] [--step 0.05] \\
@@ -32,10 +33,10 @@ from pathlib import Path
 from sacrebleu.metrics import BLEU
 
 from nmt.cli.compose import compose_config
-from nmt.data import read_lines
+from nmt.data.splits import read_lines
 from nmt.errors import NMTError
-from nmt.request import Request
-from nmt.rerank import Candidates, ChoiceBleu, Reranker, tune_weights
+from nmt.translation.request import Request
+from nmt.translation.rerank import Candidates, ChoiceBleu, Reranker, tune_weights
 
 log = logging.getLogger("rerank_tune")
 

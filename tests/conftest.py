@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="session", autouse=True)
 def private_cache(tmp_path_factory):
-    """Tokenizers and tokenized corpora go to a cache of the test session's own (nmt/cache.py),
+    """Tokenizers and tokenized corpora go to a cache of the test session's own (nmt/data/cache.py),
     for the commands the tests run in this process and in subprocesses alike."""
     saved = os.environ.get("XDG_CACHE_HOME")
     os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache"))

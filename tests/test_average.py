@@ -50,7 +50,7 @@ def test_average_is_the_mean_of_the_state_dicts(run):
 
 
 def test_nmt_average_writes_a_checkpoint_that_loads_and_translates(run, capsys):
-    from nmt.translate import Translator
+    from nmt.translation.translator import Translator
 
     links = {name: (run / "checkpoints" / name).resolve() for name in ("best", "last")}
     assert cli.average([f"run_dir={run}", "last=3"]) == 0

@@ -25,11 +25,19 @@ from test_search import (
 
 from nmt.config import DecodeConfig, Strategy
 from nmt.errors import NMTError
-from nmt.phrases import MAX_SPELLED_PIECES, banned_forms
-from nmt.request import Request
-from nmt.search import Banned, SearchJob, beam_search, decode_all, greedy, sample, search_all
 from nmt.tokenizer import EOS
-from nmt.translate import Translator
+from nmt.translation.phrases import MAX_SPELLED_PIECES, banned_forms
+from nmt.translation.request import Request
+from nmt.translation.search import (
+    Banned,
+    SearchJob,
+    beam_search,
+    decode_all,
+    greedy,
+    sample,
+    search_all,
+)
+from nmt.translation.translator import Translator
 
 CPU = torch.device("cpu")
 NEG = float("-inf")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import SMALL, SMALL_MODELS
 
-from nmt.data import read_lines
+from nmt.data.splits import read_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["train.max_minutes=0", "train.max_steps=4", "train.valid_every=2", "train.warmup_steps=1"]

@@ -12,7 +12,6 @@ import pytest
 import torch
 
 import nmt.checkpoint as checkpoint_module
-from nmt.batches import collate
 from nmt.checkpoint import (
     CKPT_FILE,
     CONFIG_FILE,
@@ -23,7 +22,8 @@ from nmt.checkpoint import (
     step_name,
 )
 from nmt.config import AttentionType, Cell, DataConfig, DecoderStyle, RNNConfig, TokenizerConfig
-from nmt.data import Corpus, encode
+from nmt.data.batches import collate
+from nmt.data.splits import Corpus, encode
 from nmt.demo import generate_pairs
 from nmt.errors import NMTError
 from nmt.models import build_model, restore_model

@@ -20,9 +20,9 @@ from nmt.export.runtime import check_greedy
 from nmt.models import build_model
 from nmt.models.compiled import check_compile
 from nmt.models.ensemble import Ensemble
-from nmt.search import decode_all
 from nmt.tokenizer import PAD
-from nmt.translate import Translator
+from nmt.translation.search import decode_all
+from nmt.translation.translator import Translator
 
 CPU = torch.device("cpu")
 GREEDY = DecodeConfig(max_len_a=1.0, max_len_b=4)

@@ -1,9 +1,9 @@
-"""Positive constraints (nmt/search/positive.py): dynamic beam allocation on a hand-built model,
-node by node; every returned hypothesis holds every phrase, contiguous, for every family, batch
-size, n-best list and an ensemble; no constraints is the search without them; the progress of a
-phrase that overlaps itself; the refusals (greedy, sampling, a phrase too long for the length
-limit, a banned phrase inside one, pieces the vocabulary lacks) naming the sentence; the library
-API on a trained model, and the exported runtimes' refusals."""
+"""Positive constraints (nmt/translation/search/constraints.py): dynamic beam allocation on a
+hand-built model, node by node; every returned hypothesis holds every phrase, contiguous, for every
+family, batch size, n-best list and an ensemble; no constraints is the search without them; the
+progress of a phrase that overlaps itself; the refusals (greedy, sampling, a phrase too long for the
+length limit, a banned phrase inside one, pieces the vocabulary lacks) naming the sentence; the
+library API on a trained model, and the exported runtimes' refusals."""
 
 import copy
 import re
@@ -32,11 +32,18 @@ from test_search import (
 from nmt.config import NEED_BEAM, DecodeConfig, Strategy
 from nmt.errors import NMTError
 from nmt.models.ensemble import Ensemble
-from nmt.phrases import constraint_ids, holds, jumps, pieces_needed, problem
-from nmt.request import Request
-from nmt.search import Constraints, SearchJob, Unmet, beam_search, decode_all, search_all
 from nmt.tokenizer import EOS
-from nmt.translate import Translator
+from nmt.translation.phrases import constraint_ids, holds, jumps, pieces_needed, problem
+from nmt.translation.request import Request
+from nmt.translation.search import (
+    Constraints,
+    SearchJob,
+    Unmet,
+    beam_search,
+    decode_all,
+    search_all,
+)
+from nmt.translation.translator import Translator
 
 BEAM = DecodeConfig(strategy=Strategy.beam, beam_size=4, n_best=3, max_len_a=1.0, max_len_b=6)
 
@@ -509,7 +516,7 @@ def test_more_banks_than_beam_places_is_a_warning_naming_the_text(translator, ca
         > translator.decode.beam_size
         >= len(constraint_ids(translator.vocabs.tgt, "birds")) + 1
     )
-    with caplog.at_level("WARNING", logger="nmt.request"):
+    with caplog.at_level("WARNING", logger="nmt.translation.request"):
         out = translator.translate(texts, constraints=constraints)
     assert starts_word(out[0], "seven hundred old birds") and starts_word(out[1], "birds")
     warned = [r.getMessage() for r in caplog.records if "banks of constraint" in r.getMessage()]

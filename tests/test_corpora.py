@@ -1,4 +1,4 @@
-"""Several corpora in one model (data.corpora, nmt/corpora.py): config errors before any work,
+"""Several corpora in one model (data.corpora, nmt/data/corpora.py): config errors before any work,
 epoch mixing by weight and temperature, language tags as reserved pieces inserted after subword
 sampling, a no-corpora run unchanged, exact resume, translation and evaluation by direction."""
 
@@ -11,14 +11,14 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from nmt import corpora
-from nmt.batches import epoch_batches
 from nmt.checkpoint import load_checkpoint
 from nmt.cli import main as cli
 from nmt.cli.compose import compose_config
 from nmt.config import CorpusConfig, DataConfig, DecodeConfig
+from nmt.data import corpora
+from nmt.data.batches import epoch_batches
 from nmt.errors import NMTError
-from nmt.translate import Translator
+from nmt.translation.translator import Translator
 
 # a toy "one-to-many" task: the same source sentences (words of language "xx") go word for word
 # into "aa" or "bb" by two fixed, disjoint dictionaries; only the tag says which

@@ -1,4 +1,5 @@
-"""Behavioural tests for reading, cleaning, encoding and batching parallel data (nmt.data)."""
+"""Behavioural tests for reading, cleaning, encoding and batching parallel data
+(nmt.data.splits)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from nmt.batches import collate, epoch_batches, token_batches
 from nmt.config import DataConfig, DataFormat, Split, SplitNames, TokenizerConfig
-from nmt.data import (
+from nmt.data.batches import collate, epoch_batches, token_batches
+from nmt.data.splits import (
     Corpus,
     Encoded,
     encode,
@@ -23,8 +24,7 @@ from nmt.data import (
 )
 from nmt.demo import generate_pairs
 from nmt.errors import NMTError
-from nmt.inputs import clean
-from nmt.tokenizer import BOS, EOS, PAD, train_vocabs
+from nmt.tokenizer import BOS, EOS, PAD, clean, train_vocabs
 
 # Raw pairs with messy whitespace; CLEAN is what every reader must return for them.
 RAW = [

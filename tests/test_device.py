@@ -8,11 +8,11 @@ import torch
 import torch.nn.functional as F
 from simulated_device import DeviceMismatch, simulated_device
 
-from nmt.batches import collate
 from nmt.config import DecodeConfig, RNNConfig, Strategy, TransformerConfig
+from nmt.data.batches import collate
 from nmt.models import build_model
-from nmt.search import decode_all
 from nmt.tokenizer import EOS, PAD
+from nmt.translation.search import decode_all
 
 V = 31
 CPU = torch.device("cpu")
@@ -118,7 +118,7 @@ def test_the_simulation_catches_a_cpu_tensor_indexed_by_a_device_index():
 
 def test_search_with_limits_built_on_the_cpu_fails_under_the_simulation(monkeypatch):
     """Put the old `_limits` back (tensors on src_lens' device, the CPU): every strategy fails."""
-    import nmt.search.batch
+    import nmt.translation.search.batch
 
     def old_limits(cfg, src, src_lens):
         lens = src_lens.tolist()
@@ -127,7 +127,7 @@ def test_search_with_limits_built_on_the_cpu_fails_under_the_simulation(monkeypa
             torch.tensor([cfg.min_len(n) for n in lens], device=src_lens.device),
         )
 
-    monkeypatch.setattr(nmt.search.batch, "_limits", old_limits)
+    monkeypatch.setattr(nmt.translation.search.batch, "_limits", old_limits)
     model, sources = model_and_sources("gru-bahdanau")
     for cfg in DECODINGS.values():
         decode_all(model, sources, cfg, CPU)  # fine on the CPU, which is why CI never saw it

@@ -11,8 +11,8 @@ import pytest
 
 from nmt.cli import main as cli
 from nmt.config import DecodeConfig, LengthPenalty, Strategy
-from nmt.data import read_lines
-from nmt.translate import Translator
+from nmt.data.splits import read_lines
+from nmt.translation.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[1]
 

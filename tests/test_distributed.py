@@ -12,10 +12,10 @@ import pytest
 import torch
 from test_train import SMALL, SMALL_RNN, losses
 
-from nmt.batches import epoch_batches
 from nmt.checkpoint import load_checkpoint
 from nmt.cli import main as cli
-from nmt.data import Encoded
+from nmt.data.batches import epoch_batches
+from nmt.data.splits import Encoded
 from nmt.errors import NMTError
 from nmt.training.budget import AGREE_EVERY
 

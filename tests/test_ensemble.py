@@ -14,17 +14,17 @@ import pytest
 import torch
 from test_search import CPU, FAMILIES, V, batch_of, one_source, random_model, random_sources
 
-from nmt.batches import collate
 from nmt.checkpoint import Checkpoint, load_checkpoint
 from nmt.config import SHORTLIST_MAX, DecodeConfig, Strategy
+from nmt.data.batches import collate
 from nmt.errors import NMTError
 from nmt.lexicon import SPECIALS, Lexicon
 from nmt.models.ensemble import Ensemble, check_members, load_ensemble
 from nmt.models.seq2seq import EncoderOutput
-from nmt.scoring import score_ids
-from nmt.search import SearchJob, beam_search, decode_all, greedy, search_all
 from nmt.tokenizer import BOS, EOS, Vocab, Vocabs
-from nmt.translate import Translator
+from nmt.translation.scoring import score_ids
+from nmt.translation.search import SearchJob, beam_search, decode_all, greedy, search_all
+from nmt.translation.translator import Translator
 
 COMBINES = ["prob", "logprob"]
 STRATEGIES = {
@@ -284,7 +284,8 @@ def test_a_shortlist_of_every_piece_is_exact_search(combine):
 def test_output_does_not_depend_on_the_batch_with_or_without_a_shortlist(strategy, combine):
     """A restricted shortlist is each batch's union of lists: a sentence's output must not
     depend on it (under prob, each member is normalised over the whole vocabulary); and the
-    search reports what scoring the same pieces through the ensemble gives (nmt.scoring)."""
+    search reports what scoring the same pieces through the ensemble gives
+    (nmt.translation.scoring)."""
     ensemble = Ensemble([random_model("gru-bahdanau"), random_model("transformer")], None, combine)
     sources, lexicon = random_sources(6, 9), random_lexicon(3)
     for shortlist in (0, 3):

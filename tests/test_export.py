@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from nmt.batches import collate
 from nmt.checkpoint import load_checkpoint, save_checkpoint
 from nmt.cli import main as cli
 from nmt.config import (
@@ -25,17 +24,18 @@ from nmt.config import (
     Strategy,
     TransformerConfig,
 )
-from nmt.data import read_lines
+from nmt.data.batches import collate
+from nmt.data.splits import read_lines
 from nmt.errors import NMTError
 from nmt.export.exporter import export_checkpoint
 from nmt.export.graphs import export_graphs
 from nmt.export.runtime import ExportedTranslator, greedy, read_manifest
-from nmt.inputs import source_ids
 from nmt.models import build_model, restore_model
 from nmt.run_config import ExportFormat
-from nmt.search import decode_all
 from nmt.tokenizer import BOS, EOS
-from nmt.translate import Translator
+from nmt.translation.inputs import source_ids
+from nmt.translation.search import decode_all
+from nmt.translation.translator import Translator
 
 CPU = torch.device("cpu")
 POST = ("model.norm=post", "model.positions=learned", "model.activation=gelu")
@@ -79,7 +79,8 @@ VARIANTS = {
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_the_graphs_decode_as_the_model(name):
     """Greedy decoding through the two graphs (`nmt.export.runtime.greedy` over `Graphs.run`) gives
-    the tokens and scores of `nmt.search.greedy`, for a padded batch of 9 random sources."""
+    the tokens and scores of `nmt.translation.search.greedy`, for a padded batch of 9 random
+    sources."""
     torch.manual_seed(0)
     model = build_model(VARIANTS[name], V, V, shared_vocab=True).eval()
     g = torch.Generator().manual_seed(1)
@@ -302,9 +303,10 @@ ODD_LINES = {
 
 
 def test_every_translator_reads_the_same_odd_lines_alike(checkpoints, tmp_path):
-    """`Translator`, the exported runtime and the CTranslate2 runner share `nmt.inputs`: the same
-    odd lines give the same greedy outputs through all three (blank where the line is blank, a
-    whitespace variant as the plain sentence, an over-long line cut at decode.max_src_pieces)."""
+    """`Translator`, the exported runtime and the CTranslate2 runner share `nmt.translation.inputs`:
+    the same odd lines give the same greedy outputs through all three (blank where the line is
+    blank, a whitespace variant as the plain sentence, an over-long line cut at
+    decode.max_src_pieces)."""
     pytest.importorskip("ctranslate2")
     from nmt.export.ct2 import CT2Translator
 

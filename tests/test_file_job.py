@@ -21,8 +21,8 @@ import pytest
 
 from nmt.cli import main as cli
 from nmt.cli.file_job import FileJob, file_digest
+from nmt.distributed import Dist
 from nmt.errors import NMTError
-from nmt.training.distributed import Dist
 
 BIN = Path(sys.executable).parent
 LINES = ["Ein Hund läuft.", "", "Zwei Männer  sitzen.\r", "\ufeffEine Frau\tliest.", "x" * 50]
@@ -144,7 +144,7 @@ def test_memory_stays_what_a_chunk_takes(tmp_path):
     process reads its input a chunk at a time; nothing grows with the file)."""
     script = (
         "import resource, sys; from pathlib import Path; from nmt.cli.file_job import FileJob; "
-        "from nmt.training.distributed import Dist; "
+        "from nmt.distributed import Dist; "
         "FileJob(Path(sys.argv[1]), Path(sys.argv[2]), {}, 1000, Dist()).run("
         "lambda lines, first: [line[::-1] for line in lines]); "
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"

@@ -17,16 +17,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nmt.batches import collate
 from nmt.checkpoint import load_checkpoint
 from nmt.cli import main as cli
 from nmt.config import DecodeConfig, RNNConfig, Split, Strategy, TransformerConfig
-from nmt.data import encode, read_split
+from nmt.data.batches import collate
+from nmt.data.splits import encode, read_split
 from nmt.models import build_model
 from nmt.models.transformer import MultiHeadAttention
-from nmt.search import decode_all
 from nmt.tokenizer import EOS, PAD
-from nmt.translate import Translator
+from nmt.translation.search import decode_all
+from nmt.translation.translator import Translator
 
 pytestmark = [
     pytest.mark.gpu,
@@ -442,7 +442,7 @@ def test_evaluate_and_translate_commands_run_on_cuda(trained, exact_fp32, tmp_pa
 def captured_batches(count: int) -> list:
     """`count` training batches of random pieces padded to one shape (16 rows of 16, as
     train.length_step=16 pads them), on the device: each replays the same captured graph."""
-    from nmt.batches import fixed_shape
+    from nmt.data.batches import fixed_shape
 
     rng = torch.Generator().manual_seed(5)
     batches = []

@@ -1,10 +1,11 @@
-"""The input path every translator shares (nmt.inputs): cleaning, blank texts set aside and put
-back, and length-sorted batches. The three translators are compared on the same odd lines in
+"""The input path every translator shares (nmt.translation.inputs): cleaning, blank texts set aside
+and put back, and length-sorted batches. The three translators are compared on the same odd lines in
 tests/test_export.py."""
 
 import random
 
-from nmt.inputs import Sources, clean, length_batches
+from nmt.tokenizer import clean
+from nmt.translation.inputs import Sources, length_batches
 
 
 def test_clean_folds_every_kind_of_whitespace_and_the_byte_order_mark():

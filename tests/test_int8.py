@@ -21,8 +21,8 @@ from nmt.device import check_precision
 from nmt.errors import NMTError
 from nmt.models.ensemble import Ensemble
 from nmt.models.int8 import Int8Linear, Int8Product, int8_copy, quantize
-from nmt.search import decode_all
-from nmt.translate import Translator
+from nmt.translation.search import decode_all
+from nmt.translation.translator import Translator
 
 CPU = torch.device("cpu")
 INT8 = DecodeConfig(precision=Precision.int8, max_len_a=1.0, max_len_b=4)
@@ -156,7 +156,7 @@ def test_precision_int8_is_refused_where_it_cannot_run():
     with pytest.raises(NMTError, match="decode.precision=int8 is not supported"):
         check_greedy(DecodeConfig(precision=Precision.int8))
     with pytest.raises(NMTError, match="decode.precision=int8 is a setting of the search"):
-        from nmt.scoring import score_ids
+        from nmt.translation.scoring import score_ids
 
         score_ids(random_model("gru-bahdanau"), [[4, 3]], [[5]], INT8, CPU)
     with pytest.raises(NMTError, match="runs on the CPU"):

@@ -1,15 +1,31 @@
-"""The package layout holds: imports point down (cli -> training / serving / export -> the core)
-and no modules import each other, read from the source with `ast` (nothing is imported, so no
-import side effect can hide or fake an edge). Every import counts: at the top, inside a function
-or under `if TYPE_CHECKING`."""
+"""The package layout holds: imports point down, each module imports the base, its own package
+or a lower layer, and no modules import each other, read from the source with `ast` (nothing is
+imported, so no import side effect can hide or fake an edge). Every import counts: at the top,
+inside a function or under `if TYPE_CHECKING`. And the modules that promise to run without torch
+(the exported runtime and the request path it shares) import without it."""
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "nmt"
-# the packages by job, above the core (every other module of nmt/); siblings never import each other
-LAYERS = {"cli": 2, "training": 1, "serving": 1, "export": 1, "pretrained": 1}
+# the layers, lowest first: the base is every module at the top of nmt/; a package imports only
+# its own modules and the layers below it, never a sibling of its own layer
+LAYERS = {
+    "base": 0,
+    "data": 1,
+    "models": 1,
+    "translation": 2,
+    "training": 3,
+    "serving": 3,
+    "export": 3,
+    "pretrained": 3,
+    "cli": 4,
+}
+# the base: what every job stands on (the issue of the layout: at most 11 modules)
+BASE_MOST = 11
 
 
 def module_name(path: Path) -> str:
@@ -44,9 +60,14 @@ def is_module(name: str) -> bool:
 
 
 def job(module: str) -> str:
-    """The package by job a module belongs to ("core" for the rest of nmt)."""
+    """The package a module belongs to ("base" for the modules at the top of nmt/)."""
     parts = module.split(".")
-    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else "core"
+    inside = len(parts) > 2 or (len(parts) == 2 and is_package(module))
+    return parts[1] if inside else "base"
+
+
+def is_package(name: str) -> bool:
+    return (ROOT.joinpath(*name.split(".")) / "__init__.py").is_file()
 
 
 def graph() -> dict[str, list[tuple[str, int, Path]]]:
@@ -62,26 +83,52 @@ def test_the_graph_is_read():
     assert ("nmt.training.trainer", "nmt.training.validation") in {
         (module, target) for module, targets in edges.items() for target, _, _ in targets
     }
-    assert job("nmt.cli.main") == "cli" and job("nmt.models.rnn") == "core"
+    assert job("nmt.cli.main") == "cli" and job("nmt.models.rnn") == "models"
+    assert job("nmt.translation.search.beam") == "translation" and job("nmt.config") == "base"
     assert len(edges) > 40
 
 
+def test_every_package_has_a_layer():
+    """A new package is placed in LAYERS before it lands: otherwise nothing judges its imports."""
+    packages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    assert packages <= set(LAYERS), f"packages without a layer: {packages - set(LAYERS)}"
+
+
+def test_the_base_is_small():
+    """The top of nmt/ holds what every job stands on, and no more (a module of one job belongs
+    in that job's package)."""
+    base = sorted(p.stem for p in PACKAGE.glob("*.py") if p.name != "__init__.py")
+    assert len(base) <= BASE_MOST, f"{len(base)} modules at the top of nmt/: {base}"
+
+
 def test_imports_point_down():
-    """A module imports its own package, the core, or (from cli only) the packages by job."""
+    """A module imports the base, its own package, or a package of a lower layer: never one of
+    its own layer (data and models are strangers) or above."""
     wrong = []
     for module, targets in graph().items():
         mine = job(module)
-        level = LAYERS.get(mine, 0)
+        level = LAYERS[mine]
         for target, line, path in targets:
             theirs = job(target)
-            if theirs == mine:
+            if theirs == mine or (theirs == "base" and mine != "base"):
                 continue
-            if LAYERS.get(theirs, 0) >= level:
+            if LAYERS[theirs] >= level:
                 wrong.append(
                     f"{path.relative_to(ROOT)}:{line}: {module} ({mine}) imports {target}"
                     f" ({theirs})"
                 )
     assert not wrong, "imports that point up or sideways:\n" + "\n".join(wrong)
+
+
+def test_the_runtime_path_imports_without_torch():
+    """The exported runtime and the request path it shares promise to run where torch is not
+    installed: importing them loads no torch (a fresh interpreter, so nothing is cached)."""
+    modules = ["nmt.export.runtime", "nmt.translation.request", "nmt.translation.inputs"]
+    code = f"import sys; import {', '.join(modules)}; print('torch' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == ["False"], f"importing {modules} loaded torch"
 
 
 def test_no_import_cycles():
@@ -115,12 +162,13 @@ def test_no_import_cycles():
 
 
 # functions of nmt/ that may take more than MAX_PARAMETERS parameters: a list that only shrinks.
-# An option that a call carries belongs in a Request (nmt/request.py), a search's input in a
-# SearchJob (nmt/search/job.py), not in one more keyword threaded through every layer.
+# An option that a call carries belongs in a Request (nmt/translation/request.py), a search's input
+# in a SearchJob (nmt/translation/search/job.py), not in one more keyword threaded through every
+# layer.
 MAX_PARAMETERS = 8
 MANY_PARAMETERS = {
     # the library's documented wrapper, kept for its callers: Request's fields as keywords
-    "nmt.translate.Translator.translate_full",
+    "nmt.translation.translator.Translator.translate_full",
 }
 
 
@@ -152,8 +200,9 @@ def test_no_function_grows_a_long_parameter_list():
     in MANY_PARAMETERS, and every name there still does (so the list shrinks when one is
     fixed)."""
     counts = functions()
-    assert counts["nmt.search.driver.search_all"] == 4  # the walk sees methods and functions
-    assert "nmt.translate.Translator.prepare" in counts
+    # the walk sees methods and functions
+    assert counts["nmt.translation.search.driver.search_all"] == 4
+    assert "nmt.translation.translator.Translator.prepare" in counts
     long = {name for name, count in counts.items() if count > MAX_PARAMETERS}
     assert not long - MANY_PARAMETERS, (
         f"more than {MAX_PARAMETERS} parameters: {long - MANY_PARAMETERS}"

@@ -14,13 +14,13 @@ import torch
 from nmt.checkpoint import load_checkpoint
 from nmt.cli import main as cli
 from nmt.config import SHORTLIST_MAX, DecodeConfig, Strategy
-from nmt.data import Encoded
+from nmt.data.splits import Encoded
 from nmt.errors import NMTError
 from nmt.lexicon import LEXICON_FILE, SPECIALS, Lexicon, load_lexicon
-from nmt.search import decode_all
 from nmt.tokenizer import BOS, EOS, PAD
 from nmt.training.lexicon import learn_lexicon
-from nmt.translate import Translator
+from nmt.translation.search import decode_all
+from nmt.translation.translator import Translator
 from tests.test_search import CPU, FAMILIES, V, batch_of, random_model, random_sources
 
 WORDS = range(SPECIALS, 12)  # source word w translates to target word w + 8

@@ -20,7 +20,7 @@ from nmt.errors import NMTError
 from nmt.models import restore_model
 from nmt.pretrained.marian import BLOCKED, import_marian
 from nmt.tokenizer import BOS, EOS, PAD
-from nmt.translate import Translator
+from nmt.translation.translator import Translator
 
 transformers = pytest.importorskip("transformers")
 # MarianTokenizer recommends sacremoses for a normaliser its tokenization does not call

@@ -11,11 +11,11 @@ import pytest
 from nmt.checkpoint import load_checkpoint
 from nmt.cli import main as cli
 from nmt.config import Split
-from nmt.data import read_split
+from nmt.data.splits import read_split
 from nmt.demo import generate_pairs
 from nmt.errors import NMTError
-from nmt.metrics import compare
-from nmt.translate import Translator
+from nmt.metrics import compare, percentiles
+from nmt.translation.translator import Translator
 
 REFERENCES = [en for _, en in generate_pairs(120, seed=5)]
 
@@ -161,3 +161,16 @@ def test_nmt_evaluate_refuses_a_wrong_line_count_before_decoding(
     assert not out.exists()  # nothing decoded, nothing written
     assert cli.evaluate([*args, f"compare=[{tmp_path / 'none.hyp'}]"]) == cli.EXIT_USAGE
     assert "no such hypothesis file" in capsys.readouterr().err
+
+
+def test_percentiles_interpolate_between_ranks_as_numpy_does():
+    """The benchmark scripts' one definition of a latency percentile: numpy's default (linear
+    between ranks), in the given unit, None when nothing was timed."""
+    import numpy as np
+
+    values = [0.013, 0.002, 0.5, 0.011, 0.04, 0.007, 0.09]
+    got = percentiles(values, (50, 90, 99), scale=1000, digits=6)
+    want = {f"p{q}": round(float(np.percentile(values, q)) * 1000, 6) for q in (50, 90, 99)}
+    assert got == want
+    assert percentiles([3.0]) == {"p50": 3.0, "p90": 3.0, "p99": 3.0}
+    assert percentiles([]) == {"p50": None, "p90": None, "p99": None}

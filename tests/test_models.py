@@ -4,11 +4,11 @@ import pytest
 import torch
 from test_search import tensors_batch
 
-from nmt.batches import collate
 from nmt.config import AttentionType, DecodeConfig, RNNConfig
+from nmt.data.batches import collate
 from nmt.models import build_model
-from nmt.search import greedy
 from nmt.tokenizer import BOS, EOS
+from nmt.translation.search import greedy
 
 V = 23
 

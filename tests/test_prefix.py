@@ -26,11 +26,11 @@ from test_search import (
 from nmt.cli.translate import format_tree, repl, translate_stream
 from nmt.config import DecodeConfig, Strategy
 from nmt.errors import NMTError
-from nmt.request import Request
 from nmt.run_config import TranslateRunConfig
-from nmt.search import SearchJob, beam_search, decode_all, greedy, search_all
 from nmt.tokenizer import BOS, EOS
-from nmt.translate import Translator
+from nmt.translation.request import Request
+from nmt.translation.search import SearchJob, beam_search, decode_all, greedy, search_all
+from nmt.translation.translator import Translator
 
 LONG = dict(max_len_a=1.0, max_len_b=4)
 
@@ -320,7 +320,7 @@ def test_validation_bleu_with_a_prefix_is_nmt_evaluates(train_small, family, tmp
     from nmt.checkpoint import load_checkpoint
     from nmt.cli import main as cli
     from nmt.config import Split
-    from nmt.data import encode, read_split
+    from nmt.data.splits import encode, read_split
     from nmt.metrics import bleu
     from nmt.training.validation import validate
 

@@ -1,7 +1,7 @@
-"""N-best reranking (nmt/rerank.py, nmt-translate rerank=[...], scripts/rerank_tune.py): weight on
-the main model alone is its 1-best; weight on a rerank model alone picks that model's best score
-per piece; N lines in, N out; bad weights are refused before any work; the weight search finds the
-known best weights, and its BLEU is sacreBLEU's."""
+"""N-best reranking (nmt/translation/rerank.py, nmt-translate rerank=[...], scripts/rerank_tune.py):
+weight on the main model alone is its 1-best; weight on a rerank model alone picks that model's best
+score per piece; N lines in, N out; bad weights are refused before any work; the weight search finds
+the known best weights, and its BLEU is sacreBLEU's."""
 
 import importlib.util
 import math
@@ -14,11 +14,11 @@ import torch
 
 from nmt.cli import main as cli
 from nmt.config import DecodeConfig, Strategy
-from nmt.data import read_lines
+from nmt.data.splits import read_lines
 from nmt.errors import NMTError
 from nmt.metrics import bleu
-from nmt.request import Request
-from nmt.rerank import (
+from nmt.translation.request import Request
+from nmt.translation.rerank import (
     Candidates,
     ChoiceBleu,
     Reranker,
@@ -27,7 +27,7 @@ from nmt.rerank import (
     stack,
     tune_weights,
 )
-from nmt.translate import Translator
+from nmt.translation.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[1]
 # length penalty none: the main model's ranking favours short hypotheses, a score per piece does

@@ -1,6 +1,6 @@
-"""Scoring given translations (nmt/scoring.py, `Translator.score`, nmt-score): the score of the
-search's own output is the score the search reported, for every model family and strategy, with
-and without a shortlist; output does not depend on the batch size; N lines in, N out; bad input
+"""Scoring given translations (nmt/translation/scoring.py, `Translator.score`, nmt-score): the score
+of the search's own output is the score the search reported, for every model family and strategy,
+with and without a shortlist; output does not depend on the batch size; N lines in, N out; bad input
 fails before the model loads."""
 
 import json
@@ -16,10 +16,10 @@ from nmt.cli import main as cli
 from nmt.config import SHORTLIST_MAX, DecodeConfig, LengthPenalty, Precision, Strategy
 from nmt.errors import NMTError
 from nmt.lexicon import SPECIALS, Lexicon
-from nmt.scoring import score_ids
-from nmt.search import decode_all
 from nmt.tokenizer import EOS
-from nmt.translate import Translator
+from nmt.translation.scoring import score_ids
+from nmt.translation.search import decode_all
+from nmt.translation.translator import Translator
 
 # The search adds float32 log-probabilities one step at a time; scoring adds the same numbers
 # (from a teacher-forced pass, whose matrix products may round differently) in float64. Over a

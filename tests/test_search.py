@@ -8,7 +8,6 @@ from dataclasses import dataclass, replace
 import pytest
 import torch
 
-from nmt.batches import collate
 from nmt.config import (
     DecodeConfig,
     LengthPenalty,
@@ -17,10 +16,12 @@ from nmt.config import (
     Strategy,
     TransformerConfig,
 )
+from nmt.data.batches import collate
 from nmt.errors import NMTError
 from nmt.models import build_model
 from nmt.models.seq2seq import EncoderOutput
-from nmt.search import (
+from nmt.tokenizer import BOS, EOS
+from nmt.translation.search import (
     Banned,
     SearchBatch,
     SearchJob,
@@ -30,9 +31,8 @@ from nmt.search import (
     sample,
     search_all,
 )
-from nmt.search.rules import ForcedPrefix, MinLength, NoRepeatNgram, Step, StepRules
-from nmt.tokenizer import BOS, EOS
-from nmt.translate import Translator
+from nmt.translation.search.rules import ForcedPrefix, MinLength, NoRepeatNgram, Step, StepRules
+from nmt.translation.translator import Translator
 
 V = 23
 CPU = torch.device("cpu")
@@ -469,8 +469,8 @@ def test_the_repetition_penalty_is_the_score_of_stepping_through_with_it(family)
 def test_the_repetition_penalty_is_a_request_option_the_exported_runtimes_refuse():
     from nmt.export.ct2 import decode_options
     from nmt.export.runtime import check_supported
-    from nmt.request import Request
     from nmt.serving.protocol import BadRequest, request_decode
+    from nmt.translation.request import Request
 
     assert request_decode(DecodeConfig(), {"repetition_penalty": 1.3}, 16).repetition_penalty == 1.3
     with pytest.raises(BadRequest, match="repetition_penalty=0 is out of range"):

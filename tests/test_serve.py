@@ -30,12 +30,12 @@ from nmt.cli import main as cli
 from nmt.config import DecodeConfig, Strategy, TransformerConfig
 from nmt.errors import NMTError
 from nmt.models import build_model
-from nmt.request import Request
 from nmt.run_config import ServeRunConfig
 from nmt.serving import protocol
 from nmt.serving.app import create_app, load_app
 from nmt.serving.protocol import check_request, describe_model, request_decode
-from nmt.translate import Translator
+from nmt.translation.request import Request
+from nmt.translation.translator import Translator
 
 TINY = [
     "data.tokenizer.vocab_size=400",

@@ -18,7 +18,7 @@ from test_serve import SENTENCES, post, serve_config, tiny_checkpoint
 
 from nmt.serving.app import load_app
 from nmt.serving.batching import Batcher, QueueFull
-from nmt.translate import Translator
+from nmt.translation.translator import Translator
 
 
 @pytest.fixture(scope="module")

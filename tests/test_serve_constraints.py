@@ -10,9 +10,9 @@ import pytest
 from starlette.testclient import TestClient
 from test_serve import BEAM, post, serve_config, tiny_checkpoint
 
-import nmt.request
+import nmt.translation.request
 from nmt.serving.app import load_app
-from nmt.translate import Translator
+from nmt.translation.translator import Translator
 
 TEXTS = ["Er zählt zwölf Katzen.", "Die Kinder malen drei blaue Häuser."]
 
@@ -57,13 +57,13 @@ def test_a_request_is_tokenized_and_its_phrases_spelled_once(client, monkeypatch
     holds ids, and the search reads them."""
     calls = {"read_sources": 0, "prefix_ids": 0, "banned_forms": 0, "constraint_ids": 0}
     for name in calls:
-        real = getattr(nmt.request, name)
+        real = getattr(nmt.translation.request, name)
 
         def counted(*args, _real=real, _name=name, **kwargs):
             calls[_name] += 1
             return _real(*args, **kwargs)
 
-        monkeypatch.setattr(nmt.request, name, counted)
+        monkeypatch.setattr(nmt.translation.request, name, counted)
     body = {"texts": TEXTS, "prefixes": ["He", ""], "constraints": [["cats"], ["blue", "old"]],
             "banned": ["houses", "red"]}  # fmt: skip
     assert post(client, body)["translations"]

@@ -19,11 +19,11 @@ from test_serve import BEAM, post, serve_config
 from test_serve_browser import CHROMIUM, api, browser_page, score_api, serving
 
 from nmt.cli import main as cli
-from nmt.inputs import read_sources
-from nmt.request import Request
 from nmt.serving.app import batch_key, load_app
 from nmt.serving.protocol import check_request, text_cost
-from nmt.translate import Translator
+from nmt.translation.inputs import read_sources
+from nmt.translation.request import Request
+from nmt.translation.translator import Translator
 
 # sources of the toy's language "xx"; each goes word for word into "aa" or "bb"
 SOURCES = ["ka lo mi", "nu pe ra si", "tu ka"]

@@ -19,7 +19,7 @@ import uvicorn
 from test_serve import BEAM, SENTENCES, serve_config, tiny_checkpoint
 
 from nmt.serving.app import listen, load_app
-from nmt.translate import Translator
+from nmt.translation.translator import Translator
 
 CLIENTS = 24
 ROUNDS = 6  # requests per client

@@ -10,9 +10,9 @@ import pytest
 import torch
 from test_train import SMALL_TRANSFORMER, losses, train
 
-from nmt.batches import collate, epoch_batches, fixed_shape
 from nmt.cli import main as cli
 from nmt.config import AttentionType, RNNConfig, TransformerConfig
+from nmt.data.batches import collate, epoch_batches, fixed_shape
 from nmt.errors import NMTError
 from nmt.models import build_model
 from nmt.tokenizer import EOS

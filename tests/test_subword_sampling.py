@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import torch
 
-from nmt.batches import EpochSampling, epoch_batches, fixed_shape
 from nmt.checkpoint import load_checkpoint
 from nmt.cli import main as cli
 from nmt.config import DataConfig, PieceModel, Split, TokenizerConfig
-from nmt.data import read_split, split_digest
-from nmt.tokenized import TokenizedCorpus, tokenize
+from nmt.data.batches import EpochSampling, epoch_batches, fixed_shape
+from nmt.data.splits import read_split, split_digest
+from nmt.data.tokenized import TokenizedCorpus, tokenize
 from nmt.tokenizer import EOS, PAD, UNK, PieceSampler, load_vocabs, prune_vocabs, train_vocabs
 
 MAX_LEN = 50  # a unigram model of 400 pieces makes the demo sentences 15 to 65 pieces long
@@ -106,9 +106,9 @@ def test_the_same_seed_and_epoch_give_the_same_pieces_in_a_fresh_process(sampled
     script = f"""
 import json
 from pathlib import Path
-from nmt.batches import EpochSampling
+from nmt.data.batches import EpochSampling
 from nmt.config import PieceModel, TokenizerConfig
-from nmt.tokenized import TokenizedCorpus
+from nmt.data.tokenized import TokenizedCorpus
 from nmt.tokenizer import PieceSampler, load_vocabs
 tok = TokenizerConfig(model_type=PieceModel.unigram, sample_alpha=0.1, sample_nbest=16)
 vocabs = load_vocabs(Path({str(vocabs.src.path.parent)!r}))
@@ -318,7 +318,7 @@ def test_training_plans_from_the_draws_and_counts_their_tokens(runs, tmp_path, m
 
 
 def test_translation_and_validation_use_the_best_segmentation(runs):
-    from nmt.translate import Translator
+    from nmt.translation.translator import Translator
 
     ckpt = runs["straight"] / "checkpoints" / "last"
     translator = Translator.from_checkpoint(ckpt, device="cpu")

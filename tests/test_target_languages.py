@@ -19,10 +19,10 @@ from nmt.config import DecodeConfig, Strategy
 from nmt.errors import NMTError
 from nmt.export.exporter import export_checkpoint
 from nmt.export.runtime import ExportedTranslator, read_manifest
-from nmt.request import Request
-from nmt.rerank import Reranker
 from nmt.run_config import ExportFormat
-from nmt.translate import Translator
+from nmt.translation.request import Request
+from nmt.translation.rerank import Reranker
+from nmt.translation.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ["ka lo mi", "nu pe ra si", "tu ka"]

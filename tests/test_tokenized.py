@@ -1,6 +1,7 @@
-"""The training split tokenized once into memory-mapped Arrow (nmt.tokenized) and the cache it
-lives in (nmt.cache): the same batches as the id lists it replaced, local files and the hub alike,
-a cache that is read again only for the same inputs, and bad corpora refused before any work."""
+"""The training split tokenized once into memory-mapped Arrow (nmt.data.tokenized) and the cache it
+lives in (nmt.data.cache): the same batches as the id lists it replaced, local files and the hub
+alike, a cache that is read again only for the same inputs, and bad corpora refused before any
+work."""
 
 import dataclasses
 import json
@@ -12,15 +13,21 @@ import numpy as np
 import pytest
 import torch
 
-from nmt import tokenized
-from nmt.batches import collate, epoch_batches
-from nmt.cache import building
 from nmt.config import DataConfig, Split, SplitNames, TokenizerConfig
-from nmt.data import encode, filter_length, pair_from_record, raw_pairs, read_split, split_digest
+from nmt.data import tokenized
+from nmt.data.batches import collate, epoch_batches
+from nmt.data.cache import building
+from nmt.data.splits import (
+    encode,
+    filter_length,
+    pair_from_record,
+    raw_pairs,
+    read_split,
+    split_digest,
+)
+from nmt.data.tokenized import TokenizedCorpus, tokenize
 from nmt.errors import NMTError
-from nmt.inputs import clean
-from nmt.tokenized import TokenizedCorpus, tokenize
-from nmt.tokenizer import Vocab, _sample, train_vocabs
+from nmt.tokenizer import Vocab, _sample, clean, train_vocabs
 from nmt.training import lexicon as lexicon_module
 from nmt.training.lexicon import learn_from_arrays, learn_lexicon
 

@@ -13,7 +13,6 @@ import sentencepiece as spm
 from nmt.config import PieceModel, TokenizerConfig
 from nmt.demo import generate_pairs
 from nmt.errors import NMTError
-from nmt.inputs import clean
 from nmt.tokenizer import (
     BOS,
     EOS,
@@ -26,6 +25,7 @@ from nmt.tokenizer import (
     UNK,
     Vocab,
     Vocabs,
+    clean,
     load_vocabs,
     prune_vocabs,
     train_vocabs,

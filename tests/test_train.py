@@ -175,7 +175,7 @@ def test_translate_keeps_one_line_out_per_line_in(trained):
 
 
 def test_translator_api_matches_the_cli(trained):
-    from nmt.translate import Translator
+    from nmt.translation.translator import Translator
 
     translator = Translator.from_checkpoint(trained / "checkpoints" / "best", device="cpu")
     texts = translator.translate(["Ich sehe einundzwanzig rote Äpfel.", ""])
@@ -221,7 +221,7 @@ def type_into_repl(monkeypatch, lines: list[str]) -> None:
 def test_interactive_prompt_shows_translation_and_attention(trained, tmp_path, monkeypatch, capsys):
     from nmt.cli.translate import repl
     from nmt.run_config import TranslateRunConfig
-    from nmt.translate import Translator
+    from nmt.translation.translator import Translator
 
     type_into_repl(monkeypatch, ["Ich sehe einundzwanzig rote Äpfel.", "   "])
     ckpt = trained / "checkpoints" / "best"
@@ -241,7 +241,7 @@ def test_interactive_prompt_lists_the_n_best_with_scores(trained, monkeypatch, c
     from nmt.cli.translate import repl
     from nmt.config import DecodeConfig, Strategy
     from nmt.run_config import TranslateRunConfig
-    from nmt.translate import Translator
+    from nmt.translation.translator import Translator
 
     type_into_repl(monkeypatch, ["Er zählt zwölf Katzen."])
     ckpt = trained / "checkpoints" / "best"
@@ -259,7 +259,7 @@ def test_interactive_prompt_lists_the_n_best_with_scores(trained, monkeypatch, c
 def test_nbest_tsv_gives_every_hypothesis_with_its_line_number(trained):
     from nmt.cli.translate import translate_stream
     from nmt.config import DecodeConfig, Strategy
-    from nmt.translate import Translator
+    from nmt.translation.translator import Translator
 
     decode = DecodeConfig(strategy=Strategy.beam, beam_size=3, n_best=2)
     translator = Translator.from_checkpoint(trained / "checkpoints" / "best", decode, "cpu")

@@ -21,9 +21,9 @@ import torch
 from test_train import SMALL, SMALL_RNN, losses
 
 from nmt import checkpoint as checkpoint_module
-from nmt.batches import epoch_batches
 from nmt.checkpoint import load_checkpoint
 from nmt.cli import main as cli
+from nmt.data.batches import epoch_batches
 from nmt.errors import NMTError
 from nmt.training import trainer as train_module
 from nmt.training.setup import prepare_run

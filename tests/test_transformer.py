@@ -6,9 +6,9 @@ import json
 import pytest
 import torch
 
-from nmt.batches import collate
 from nmt.cli import main as cli
 from nmt.config import TransformerConfig
+from nmt.data.batches import collate
 from nmt.errors import NMTError
 from nmt.models import build_model
 from nmt.models.transformer import MultiHeadAttention, sinusoids
@@ -192,7 +192,7 @@ def test_transformer_trains_evaluates_and_translates_on_the_demo(tmp_path, demo_
     assert cli.evaluate([f"ckpt={ckpt}", "heatmaps=1", "attention_layer=5"]) == cli.EXIT_USAGE
     assert "out of range" in capsys.readouterr().err
 
-    from nmt.translate import Translator
+    from nmt.translation.translator import Translator
 
     translator = Translator.from_checkpoint(ckpt, device="cpu")
     lines = ["Ich sehe einundzwanzig rote Äpfel.", "", "Er zählt zwölf Katzen."]

@@ -13,10 +13,10 @@ import pytest
 
 from nmt.cli import main as cli
 from nmt.cli.translate import repl, translate_main
-from nmt.data import read_lines
+from nmt.data.splits import read_lines
 from nmt.errors import NMTError
-from nmt.rerank import Reranker
-from nmt.translate import Translator
+from nmt.translation.rerank import Reranker
+from nmt.translation.translator import Translator
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,8 @@ def sources(demo_dir) -> list[str]:
 
 
 def has(text: str, phrase: str) -> bool:
-    """`phrase` starts a word of `text` (where a constraint is met: nmt.phrases.constraint_ids)."""
+    """`phrase` starts a word of `text` (where a constraint is met:
+    nmt.translation.phrases.constraint_ids)."""
     return text.startswith(phrase) or f" {phrase}" in text
 
 

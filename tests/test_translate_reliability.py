@@ -23,10 +23,10 @@ from nmt.cli import main as cli
 from nmt.cli.translate import arrivals, repl, translate_stream
 from nmt.config import DecodeConfig
 from nmt.errors import NMTError
-from nmt.inputs import source_ids
 from nmt.run_config import TranslateRunConfig
 from nmt.tokenizer import EOS
-from nmt.translate import Translator
+from nmt.translation.inputs import source_ids
+from nmt.translation.translator import Translator
 
 SHORT = ["Ich sehe einundzwanzig rote Äpfel.", "Er zählt zwölf Katzen."]
 TRANSLATE = "from nmt.cli.main import main_translate; main_translate()"

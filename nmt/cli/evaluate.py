@@ -14,18 +14,18 @@ import os
 import sys
 from pathlib import Path
 
-from nmt import corpora
-from nmt.attention_map import save_heatmap, save_heatmap_grid
 from nmt.checkpoint import load_checkpoint
 from nmt.cli.file_job import FileJob, model_digests, rank_device, show_progress
 from nmt.config import DataConfig
-from nmt.data import Corpus, read_lines, read_split
+from nmt.data import corpora
+from nmt.data.splits import Corpus, read_lines, read_split
+from nmt.distributed import Dist, from_environment
 from nmt.errors import NMTError
-from nmt.inputs import clean
 from nmt.metrics import Scores, compare, score
 from nmt.run_config import EvaluateRunConfig, flatten
-from nmt.training.distributed import Dist, from_environment
-from nmt.translate import Translator
+from nmt.tokenizer import clean
+from nmt.translation.attention_map import save_heatmap, save_heatmap_grid
+from nmt.translation.translator import Translator
 
 
 def _out_dir(cfg: EvaluateRunConfig, ckpt_path: Path) -> Path:

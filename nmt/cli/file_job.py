@@ -44,8 +44,8 @@ import torch
 from tqdm import tqdm
 
 from nmt.device import resolve_device
+from nmt.distributed import Dist
 from nmt.errors import NMTError
-from nmt.training.distributed import Dist
 
 log = logging.getLogger(__name__)
 

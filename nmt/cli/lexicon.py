@@ -6,13 +6,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from nmt.cache import cache_root
 from nmt.checkpoint import load_checkpoint
 from nmt.config import Split
-from nmt.data import split_digest
+from nmt.data.cache import cache_root
+from nmt.data.splits import split_digest
+from nmt.data.tokenized import TokenizedCorpus, tokenize
 from nmt.errors import NMTError
 from nmt.lexicon import LEXICON_FILE
-from nmt.tokenized import TokenizedCorpus, tokenize
 from nmt.training.lexicon import corpus_lexicon
 
 

@@ -28,8 +28,8 @@ from typing import TextIO
 
 from nmt.errors import NMTError
 from nmt.run_config import ScoreFormat, ScoreRunConfig
-from nmt.scoring import Scored
-from nmt.translate import Translator
+from nmt.translation.scoring import Scored
+from nmt.translation.translator import Translator
 
 CHUNK_LINES = 10_000  # pairs scored at a time: sorted by length within, memory bounded
 

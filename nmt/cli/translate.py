@@ -9,7 +9,7 @@ lines are checked a chunk at a time, just before they are translated. At the pro
 TEXT` forces a prefix ("what if"), `/include` and `/avoid` set phrases every translation must
 contain or must not, `/tree` prints the search tree of the last sentence. With `rerank=[ckpt,...]`
 other models rescore each line's n-best list and the best weighted sum (`rerank_weights`) is the
-translation (`nmt.rerank`; batch mode only).
+translation (`nmt.translation.rerank`; batch mode only).
 
 Lines are read by a thread of their own (`arrivals`), so a pause in a pipe never holds back the
 translations of the lines that came before it, and memory stays bounded however long the input.
@@ -29,17 +29,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TextIO
 
-from nmt.attention_map import format_attention, save_heatmap
-from nmt.beam_tree import BeamTree
 from nmt.cli.file_job import FileJob, model_digests, rank_device, show_progress
 from nmt.config import DecodeConfig, Strategy
+from nmt.distributed import Dist, from_environment
 from nmt.errors import NMTError
-from nmt.phrases import constraint_ids
-from nmt.request import Request
-from nmt.rerank import Reranker
 from nmt.run_config import TranslateRunConfig, flatten
-from nmt.training.distributed import Dist, from_environment
-from nmt.translate import Translation, Translator
+from nmt.translation.attention_map import format_attention, save_heatmap
+from nmt.translation.phrases import constraint_ids
+from nmt.translation.request import Request
+from nmt.translation.rerank import Reranker
+from nmt.translation.search.tree import BeamTree
+from nmt.translation.translator import Translation, Translator
 
 CHUNK_LINES = 1000  # batch mode translates at most this many lines at a time
 
@@ -60,8 +60,8 @@ def translate_stream(
     line is `source<TAB>prefix` (split at its first tab; no tab: no prefix); with
     `constraints_tsv` it is `source<TAB>phrase<TAB>phrase...`, and every hypothesis of the line
     contains its phrases (`line_request`). With a `reranker` (whose main model is
-    `translator`) each line's n-best list is rescored (`nmt.rerank`): the line is its best
-    hypothesis, and the n-best rows are in its order, with its combined score. `tgt_lang`: the
+    `translator`) each line's n-best list is rescored (`nmt.translation.rerank`): the line is its
+    best hypothesis, and the n-best rows are in its order, with its combined score. `tgt_lang`: the
     target language of a model trained with target tags (`Translator`).
 
     Lines are translated as they arrive: whatever has come in (up to CHUNK_LINES) goes to the

@@ -8,6 +8,7 @@
     ct2.py        CTranslate2: the converter, the decoding options that search as nmt does, and
                   `CT2Translator`
 
-Every translator here reads its input through `nmt.inputs`, as `nmt.translate.Translator` does,
-so the same text gives the same model input everywhere. docs/export.md has the details.
+Every translator here reads its input through `nmt.translation.inputs`, as
+`nmt.translation.Translator` does, so the same text gives the same model input everywhere.
+docs/export.md has the details.
 """

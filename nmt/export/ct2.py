@@ -42,10 +42,10 @@ from nmt.config import (
 )
 from nmt.errors import NMTError
 from nmt.export.runtime import check_supported, manifest_tags, manifest_vocabs, read_manifest
-from nmt.inputs import clean, length_batches
 from nmt.models.transformer import sinusoids
-from nmt.request import Request, prepare
-from nmt.tokenizer import BOS, EOS, UNK, Vocab, Vocabs
+from nmt.tokenizer import BOS, EOS, UNK, Vocab, Vocabs, clean
+from nmt.translation.inputs import length_batches
+from nmt.translation.request import Request, prepare
 
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, which the model uses
 # model.activation -> CTranslate2's common_spec.Activation member
@@ -240,13 +240,13 @@ def decode_options(
         # CTranslate2's suppress_sequences is close, but not mapped or tested against ours
         raise NMTError(
             f"decode.banned={cfg.banned} is not supported by the CTranslate2 export: translate "
-            "with the checkpoint (nmt.translate.Translator), or set decode.banned=[]"
+            "with the checkpoint (nmt.translation.Translator), or set decode.banned=[]"
         )
     if cfg.constraints:
         raise NMTError(
             f"decode.constraints={cfg.constraints} is not supported by the CTranslate2 export "
             "(CTranslate2 has no positive constraints): translate with the checkpoint "
-            "(nmt.translate.Translator, decode=beam), or set decode.constraints=[]"
+            "(nmt.translation.Translator, decode=beam), or set decode.constraints=[]"
         )
     rules = {k: v for k, v in cfg.step_rules().items() if k != "no_repeat_ngram"}
     if rules:  # a step rule CTranslate2 is not known to apply as nmt's search does
@@ -289,10 +289,10 @@ def translate_pieces(
     prefixes: list[list[str]] | None = None,
 ) -> list[list[tuple[list[str], float]]]:
     """Translate source pieces (without EOS: the model adds it) with a `ctranslate2.Translator`
-    in length-sorted batches, as `nmt.search.decode_all` batches; n-best lists of (target pieces
-    without the `eos` piece, score) in input order. The score is our `Hypothesis.normalized`.
-    `prefixes` (target pieces, one list per source) go to CTranslate2's `target_prefix`;
-    `cfg.prefix` is text, not read here: `CT2Translator` turns it into `prefixes`.
+    in length-sorted batches, as `nmt.translation.search.decode_all` batches; n-best lists of
+    (target pieces without the `eos` piece, score) in input order. The score is our
+    `Hypothesis.normalized`. `prefixes` (target pieces, one list per source) go to CTranslate2's
+    `target_prefix`; `cfg.prefix` is text, not read here: `CT2Translator` turns it into `prefixes`.
 
     CTranslate2 takes one length limit per call; ours depends on the source length. With
     `exact_limits` the length-sorted sources are cut into batches of at most `cfg.batch_size`
@@ -320,8 +320,8 @@ def translate_pieces(
 
 class CT2Translator:
     """Translation with an `nmt-export format=ctranslate2` directory: the input read as
-    `nmt.translate.Translator` reads it (`nmt.inputs`), the search options that decode as a
-    `DecodeConfig` does (`decode_options`; greedy and beam search), the output detokenized and
+    `nmt.translation.Translator` reads it (`nmt.translation.inputs`), the search options that decode
+    as a `DecodeConfig` does (`decode_options`; greedy and beam search), the output detokenized and
     cleaned as ours is. Needs ctranslate2 and sentencepiece, not the model code.
 
         translator = CT2Translator("runs/ct2")
@@ -378,8 +378,8 @@ class CT2Translator:
         self, request: Request, exact_limits: bool = True
     ) -> list[list[tuple[list[str], float]]]:
         """Each text's n-best list of (target pieces, normalised score); [] for a blank text.
-        The request is read as the Translator reads it (`nmt.request`): each text's forced
-        prefix (its own, or decode.prefix), its target language's tag before each source (the
+        The request is read as the Translator reads it (`nmt.translation.request`): each text's
+        forced prefix (its own, or decode.prefix), its target language's tag before each source (the
         manifest's `target_tags`). Banned phrases, constraints, attention maps and search trees
         are refused (`check_supported`), as is a setting CTranslate2 cannot honour
         (`decode_options`)."""

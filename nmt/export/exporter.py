@@ -118,7 +118,8 @@ def _common_manifest(ckpt: Checkpoint, fmt: ExportFormat) -> dict:
             "tgt_vocab_size": len(vocabs.tgt),
         },
         # target language -> the tag piece put before a source to ask for it ({lang: null}:
-        # a model without target tags); the runtimes' tgt_lang reads it (nmt.inputs.TargetTags)
+        # a model without target tags); the runtimes' tgt_lang reads it
+        # (nmt.translation.inputs.TargetTags)
         "target_tags": ckpt.config.data.target_tags(),
         "special_ids": ids,
         "special_pieces": {k: vocabs.tgt.id_to_piece([i])[0] for k, i in ids.items()},

@@ -1,11 +1,11 @@
 """Greedy decoding of an exported model (`nmt-export format=onnx|torchscript`) without nmt's
 model code: the encoder and decoder-step graphs, the sentencepiece model(s) and `manifest.json`.
 
-The loop is the one of `nmt.search.greedy`: BOS first, the most probable token each step, EOS
-blocked before the minimum length, a sentence stops at EOS or at its length limit and leaves the
-batch at once. It talks to the graphs only through the manifest: the encoder's outputs named in
-`memory` go to every step unchanged, the step outputs named in `state` come back as the next
-step's inputs, and each tensor's `batch_axis` says how to drop finished sentences.
+The loop is the one of `nmt.translation.search.greedy`: BOS first, the most probable token each
+step, EOS blocked before the minimum length, a sentence stops at EOS or at its length limit and
+leaves the batch at once. It talks to the graphs only through the manifest: the encoder's outputs
+named in `memory` go to every step unchanged, the step outputs named in `state` come back as the
+next step's inputs, and each tensor's `batch_axis` says how to drop finished sentences.
 
     from nmt.export.runtime import ExportedTranslator
     translator = ExportedTranslator("runs/export")   # onnxruntime (or TorchScript) and numpy
@@ -24,9 +24,9 @@ import numpy as np
 
 from nmt.config import DecodeConfig, Precision, Strategy
 from nmt.errors import NMTError
-from nmt.inputs import Sources, TargetTags, clean, length_batches, prefix_ids
-from nmt.request import Request, prepare
-from nmt.tokenizer import BOS, EOS, PAD, MarianVocab, Vocab, Vocabs
+from nmt.tokenizer import BOS, EOS, PAD, MarianVocab, Vocab, Vocabs, clean
+from nmt.translation.inputs import Sources, TargetTags, length_batches, prefix_ids
+from nmt.translation.request import Request, prepare
 
 MANIFEST = "manifest.json"
 
@@ -131,12 +131,12 @@ class ExportedTranslator:
         prefixes: list[str] | None = None,
         tgt_lang: str | None = None,
     ) -> list[str]:
-        """The greedy translation of each text, read as `nmt.translate.Translator` reads it
-        (`nmt.request`, `nmt.inputs`): blank texts give blank translations, and a source longer
-        than decode.max_src_pieces is cut to its first pieces, with a warning logged. `decode`
-        (default: the one given at construction) sets the limits and the batch size, and its
-        `prefix` starts every translation; `prefixes` (one per text, "" for none) take its
-        place, as the Translator's; `tgt_lang` puts the language's target tag before each source
+        """The greedy translation of each text, read as `nmt.translation.Translator` reads it
+        (`nmt.translation.request`, `nmt.translation.inputs`): blank texts give blank translations,
+        and a source longer than decode.max_src_pieces is cut to its first pieces, with a warning
+        logged. `decode` (default: the one given at construction) sets the limits and the batch
+        size, and its `prefix` starts every translation; `prefixes` (one per text, "" for none) take
+        its place, as the Translator's; `tgt_lang` puts the language's target tag before each source
         (the manifest's `target_tags`), as the Translator does."""
         request = Request(
             texts, decode or self.decode, prefixes, tgt_lang=tgt_lang, first_line=first_line
@@ -191,7 +191,7 @@ def check_supported(request: Request, runtime: str, rules: tuple[str, ...] = ())
     if refused:
         raise NMTError(
             f"the {runtime} does not support {', '.join(refused)}: translate with the "
-            "checkpoint (nmt.translate.Translator, nmt-translate ckpt=DIR), or leave them out"
+            "checkpoint (nmt.translation.Translator, nmt-translate ckpt=DIR), or leave them out"
         )
 
 
@@ -251,8 +251,8 @@ def greedy(
     `decode.batch_size`, results in input order. `session.run(graph, inputs) -> outputs` runs
     "encoder" or "decoder_step" on numpy arrays by name (`OnnxSession`, `TorchScriptSession`, or
     `nmt.export.graphs.Graphs` itself); `manifest` connects them. `prefixes` (target ids, one
-    list per source) are forced as `nmt.search` forces them; `decode.prefix` is text, which this
-    loop cannot tokenize: `ExportedTranslator` turns it into `prefixes`."""
+    list per source) are forced as `nmt.translation.search` forces them; `decode.prefix` is text,
+    which this loop cannot tokenize: `ExportedTranslator` turns it into `prefixes`."""
     results: list[Decoded] = [Decoded([], 0.0, False)] * len(src_ids)
     for index in length_batches([len(ids) for ids in src_ids], decode.batch_size):
         forced = None if prefixes is None else [prefixes[i] for i in index]
@@ -269,8 +269,8 @@ def greedy_batch(
     decode: DecodeConfig,
     prefixes: list[list[int]] | None = None,
 ) -> list[Decoded]:
-    """One padded batch, as `nmt.search.greedy`: a row whose prefix has a piece at step t takes
-    it, scored with the model's log-probability before the minimum length blocks EOS."""
+    """One padded batch, as `nmt.translation.search.greedy`: a row whose prefix has a piece at step
+    t takes it, scored with the model's log-probability before the minimum length blocks EOS."""
     batch = len(src_ids)
     lens = np.array([len(s) for s in src_ids], dtype=np.int64)
     src = np.full((batch, int(lens.max())), PAD, dtype=np.int64)

@@ -3,8 +3,8 @@
     model, ckpts = load_ensemble(["runs/a/checkpoints/best", "runs/b/checkpoints/best"], device)
     translator = Translator(model, ckpts[0].vocabs, device, ckpts[0].lexicon)
 
-The search never asks whether it runs one model or several (`nmt.search`): the ensemble offers
-the step interface of `nmt.models.seq2seq` over its K members. `encode` runs every member's
+The search never asks whether it runs one model or several (`nmt.translation.search`): the ensemble
+offers the step interface of `nmt.models.seq2seq` over its K members. `encode` runs every member's
 encoder on the same source ids, `init_state` builds one state per member (a KV cache, a recurrent
 state), and the composite state's `reorder` reorders each of them with the beam. So greedy, beam,
 sampling, forced prefixes, shortlists, n-best lists and search trees work on it unchanged, and
@@ -27,7 +27,8 @@ Combining the next-piece distributions p_k with weights w_k (normalised to sum t
 
 Both are returned as logits, in float32 whatever the autocast, as the search computes a single
 model's log-probabilities. `forward` (teacher forcing) returns the same combination, so scoring a
-given translation through an ensemble (`nmt.scoring`) gives the numbers its search reported.
+given translation through an ensemble (`nmt.translation.scoring`) gives the numbers its search
+reported.
 
 A shortlist restricts the ensemble's distribution as it restricts one model's: the search
 renormalises what the step returns over each sentence's allowed pieces. Under `logprob` every

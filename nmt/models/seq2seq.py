@@ -9,7 +9,8 @@ sentences)`. A step may write its caches in place: the state passed to `step` is
 again, only the one it returns. Attention comes as maps (B, L, h, S) per step: L attention layers
 (1 for the recurrent family), h heads (1 unless multi-head), so a Bahdanau scorer and a Transformer
 head can be shown the same way; teacher forcing may return None where computing them would cost
-speed. Search code (nmt/search/) only talks to `Seq2Seq`, so it never asks which family it runs.
+speed. Search code (nmt/translation/search/) only talks to `Seq2Seq`, so it never asks which family
+it runs.
 """
 
 from __future__ import annotations

@@ -5,6 +5,6 @@
     batching.py   concurrent requests decoded together in one worker thread
     web/          the page: plain HTML, CSS and JavaScript, no build step
 
-docs/serve.md is the contract. One `nmt.translate.Translator` serves every request for the
+docs/serve.md is the contract. One `nmt.translation.Translator` serves every request for the
 server's life; each request's decode settings are passed per call.
 """

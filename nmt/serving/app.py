@@ -44,7 +44,6 @@ from starlette.staticfiles import StaticFiles
 from nmt.checkpoint import Checkpoint, load_checkpoint
 from nmt.config import Strategy
 from nmt.errors import NMTError
-from nmt.request import Prepared, PreparedText
 from nmt.run_config import ServeRunConfig, flatten
 from nmt.serving.batching import Batcher, QueueFull
 from nmt.serving.protocol import (
@@ -58,7 +57,8 @@ from nmt.serving.protocol import (
     translation_json,
 )
 from nmt.serving.score import parse_score_request, score_costs, scored_json
-from nmt.translate import Translator
+from nmt.translation.request import Prepared, PreparedText
+from nmt.translation.translator import Translator
 
 WEB = Path(__file__).resolve().parent / "web"
 log = logging.getLogger(__name__)

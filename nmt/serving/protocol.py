@@ -14,10 +14,10 @@ from torch import Tensor
 
 from nmt.config import DecodeConfig, LengthPenalty, RNNConfig, Strategy, TransformerConfig
 from nmt.errors import NMTError
-from nmt.inputs import clean
-from nmt.request import Prepared, PreparedText, Request
 from nmt.run_config import ServeRunConfig, TrainRunConfig, flatten
-from nmt.translate import Translation, Translator
+from nmt.tokenizer import clean
+from nmt.translation.request import Prepared, PreparedText, Request
+from nmt.translation.translator import Translation, Translator
 
 REQUEST_KEYS = (
     "attention", "banned", "beam_tree", "constraints", "decode", "prefix", "prefixes", "text",

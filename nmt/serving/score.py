@@ -21,11 +21,11 @@ import dataclasses
 import json
 import math
 
-from nmt.inputs import clean
 from nmt.run_config import ServeRunConfig
-from nmt.scoring import Scored
 from nmt.serving.protocol import BadRequest, check_keys, no_constant, read_tgt_lang, target_tag
-from nmt.translate import Translator
+from nmt.tokenizer import clean
+from nmt.translation.scoring import Scored
+from nmt.translation.translator import Translator
 
 SCORE_KEYS = ("text", "texts", "tgt_lang", "translation", "translations")
 

@@ -11,10 +11,10 @@
     preemption.py   SIGTERM / Ctrl-C: finish the update, save, exit 0
     resume.py       exact resume and train.init_from, and the settings each must keep
     run_log.py      metrics.jsonl and TensorBoard events
-    distributed.py  torchrun: ranks, process group, collectives
     average.py      nmt-average: the mean of several checkpoints' weights
     plot.py         nmt-plot: training curves from metrics.jsonl
 
-It builds on the core (`nmt.data`, `nmt.models`, `nmt.search`, `nmt.checkpoint`...) and never on
-`nmt.serving`, `nmt.export` or `nmt.cli`.
+It builds on the base, `nmt.data`, `nmt.models` and `nmt.translation` (validation decodes with
+the search), and never on `nmt.serving`, `nmt.export`, `nmt.pretrained` or `nmt.cli`; the
+collectives of torchrun are `nmt.distributed`, which nmt-translate's file jobs share.
 """

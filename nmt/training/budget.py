@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from nmt.training.distributed import Dist, sum_across
+from nmt.distributed import Dist, sum_across
 
 AGREE_EVERY = 8  # updates between the ranks' agreements on stopping (under torchrun)
 

@@ -16,11 +16,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from nmt.cache import digest
 from nmt.config import SHORTLIST_MAX
-from nmt.data import Encoded
+from nmt.data.cache import digest
+from nmt.data.splits import Encoded
+from nmt.data.tokenized import TokenizedCorpus
 from nmt.lexicon import Lexicon, read_lexicon
-from nmt.tokenized import TokenizedCorpus
 from nmt.tokenizer import EOS, Vocabs
 
 LEXICON_VERSION = 1  # bump when how the table is learned changes: cached ones are then not read

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from nmt.batches import Batch
+from nmt.data.batches import Batch
 from nmt.tokenizer import PAD
 
 

@@ -17,8 +17,8 @@ from types import TracebackType
 
 import torch
 
+from nmt.distributed import SINGLE, Dist, sum_across
 from nmt.metrics import perplexity
-from nmt.training.distributed import SINGLE, Dist, sum_across
 
 METRICS = "metrics.jsonl"
 EVENTS_GLOB = "events.out.tfevents.*"

@@ -16,20 +16,22 @@ from pathlib import Path
 import sentencepiece as spm
 import torch
 
-from nmt import corpora, inputs, tokenizer
-from nmt import data as data_module
-from nmt.batches import EpochSampling
-from nmt.cache import building, cache_root, code_digest, copy_files, digest
+from nmt import tokenizer
 from nmt.checkpoint import Checkpoint, load_resume_point
 from nmt.config import Split, TransformerConfig
-from nmt.corpora import MixedCorpus
-from nmt.data import Encoded, SplitText, encode, read_split, split_digest
+from nmt.data import corpora
+from nmt.data import splits as data_module
+from nmt.data.batches import EpochSampling
+from nmt.data.cache import building, cache_root, code_digest, copy_files, digest
+from nmt.data.corpora import MixedCorpus
+from nmt.data.splits import Encoded, SplitText, encode, read_split, split_digest
+from nmt.data.tokenized import TokenizedCorpus, tokenize
+from nmt.distributed import SINGLE, Dist, barrier
 from nmt.errors import NMTError
 from nmt.lexicon import LEXICON_FILE, Lexicon, load_lexicon
 from nmt.models import build_model
 from nmt.models.seq2seq import Seq2Seq
 from nmt.run_config import TrainRunConfig, flatten
-from nmt.tokenized import TokenizedCorpus, tokenize
 from nmt.tokenizer import (
     JOINT_FILE,
     KEPT_FILES,
@@ -42,7 +44,6 @@ from nmt.tokenizer import (
     prune_vocabs,
     train_vocabs,
 )
-from nmt.training.distributed import SINGLE, Dist, barrier
 from nmt.training.lexicon import corpus_lexicon
 from nmt.training.resume import check_resume, load_init
 from nmt.training.run_log import remove_logs
@@ -54,7 +55,7 @@ log = logging.getLogger(__name__)
 # trained on, and pruned. Its source is in the key (no hand-bumped version): an edit to any of
 # these trains the tokenizer again instead of reusing one made by other code
 TOKENIZER_CODE = (
-    SplitText.__iter__, data_module._lines, inputs.clean, inputs._SPACE,
+    SplitText.__iter__, data_module._lines, tokenizer.clean, tokenizer._SPACE,
     train_vocabs, tokenizer.train_piece_model, tokenizer._sample, tokenizer._train,
     prune_vocabs, tokenizer._pieces_used, tokenizer._chunks, tokenizer._no_symbol,
     corpora.CorporaText.__init__, corpora.CorporaText.__iter__, corpora.corpus_data,
@@ -92,7 +93,7 @@ def prepare_run(
     barrier(where)
     torch.manual_seed(cfg.seed)
     run_dir, cache = Path(cfg.run_dir), cache_root(cfg.data.cache_dir)
-    mixed = bool(cfg.data.corpora)  # several corpora (nmt/corpora.py)
+    mixed = bool(cfg.data.corpora)  # several corpora (nmt/data/corpora.py)
     # small, and checked before the big one
     valid_corpus = None if mixed else read_split(cfg.data, Split.valid)
     valid_mix = corpora.valid_splits(cfg.data) if mixed else []

@@ -22,16 +22,11 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from nmt.batches import epoch_batches, fixed_shape
 from nmt.checkpoint import Checkpoint, point, prune, save_checkpoint
 from nmt.config import Frozen, Metric, Optimizer, Precision
+from nmt.data.batches import epoch_batches, fixed_shape
 from nmt.device import autocast, check_precision, resolve_device
-from nmt.errors import NMTError
-from nmt.models.seq2seq import Seq2Seq
-from nmt.run_config import TrainRunConfig
-from nmt.training.bad_updates import BadUpdates
-from nmt.training.budget import Budget
-from nmt.training.distributed import (
+from nmt.distributed import (
     SINGLE,
     Dist,
     barrier,
@@ -41,6 +36,11 @@ from nmt.training.distributed import (
     init_process_group,
     shutdown,
 )
+from nmt.errors import NMTError
+from nmt.models.seq2seq import Seq2Seq
+from nmt.run_config import TrainRunConfig
+from nmt.training.bad_updates import BadUpdates
+from nmt.training.budget import Budget
 from nmt.training.loss import batch_loss
 from nmt.training.preemption import StopRequest
 from nmt.training.resume import rng_state, set_rng_state

@@ -12,20 +12,20 @@ from pathlib import Path
 
 import torch
 
-from nmt.attention_map import save_heatmap, select_map
-from nmt.batches import collate, token_batches
 from nmt.checkpoint import step_name
 from nmt.config import DecodeConfig
-from nmt.data import Encoded
+from nmt.data.batches import collate, token_batches
+from nmt.data.splits import Encoded
 from nmt.device import autocast
-from nmt.inputs import Sources, clean, prefix_ids
 from nmt.lexicon import Lexicon
 from nmt.metrics import bleu, perplexity
 from nmt.models.seq2seq import Seq2Seq
 from nmt.run_config import TrainRunConfig
-from nmt.search import decode_all
-from nmt.tokenizer import EOS, Vocab, Vocabs
+from nmt.tokenizer import EOS, Vocab, Vocabs, clean
 from nmt.training.loss import batch_loss
+from nmt.translation.attention_map import save_heatmap, select_map
+from nmt.translation.inputs import Sources, prefix_ids
+from nmt.translation.search import decode_all
 
 
 @torch.inference_mode()

@@ -16,7 +16,8 @@ Transformer step appends to its cache and reads its position from the cache leng
 
 Shapes: B batch, S source length, P positions decoded so far, L layers, h heads, k head size,
 H hidden size, V target vocabulary. Greedy decoding over these graphs (`nmt/export/runtime.py`)
-gives the tokens of `nmt.search.greedy`; tests/test_export.py checks it for both families.
+gives the tokens of `nmt.translation.search.greedy`; tests/test_export.py checks it for both
+families.
 
 Each family's graphs are in their own module (`transformer.py`, `rnn.py`); `spec.py` holds the
 specs.

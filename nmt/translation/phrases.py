@@ -1,8 +1,9 @@
 """Target phrases as piece sequences: the banned phrases' every spelling (`banned_forms`), a
 constraint's pieces (`constraint_ids`), and what a sequence of pieces tells about the phrases in
-it (`holds`, `spans`, `pieces_needed`, `problem`). Plain Python over ids: `nmt.request` checks
-a request with them before anything is translated, and the search (`nmt.search.rules`,
-`nmt.search.positive`) runs the same rules on tensors.
+it (`holds`, `spans`, `pieces_needed`, `problem`). Plain Python over ids: `nmt.translation.request`
+checks a request with them before anything is translated, and the search
+(`nmt.translation.search.rules`, `nmt.translation.search.constraints`) runs the same rules on
+tensors.
 
 Spelling a phrase costs time linear in its characters: each place tries only the pieces that
 fit in the vocabulary's longest piece, and the ways are counted per length before any is
@@ -15,8 +16,7 @@ import logging
 import unicodedata
 
 from nmt.errors import NMTError
-from nmt.inputs import clean
-from nmt.tokenizer import UNK, Vocab
+from nmt.tokenizer import UNK, Vocab, clean
 
 log = logging.getLogger(__name__)
 

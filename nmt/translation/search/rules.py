@@ -23,7 +23,7 @@ setting that turns it on is named in `DecodeConfig.step_rules`, so the exported 
 apply only the rules they know, refuse it by name rather than ignore it.
 
 Positive constraints are not a rule: they choose which candidates a beam keeps, and beam search
-asks them (`nmt.search.positive`).
+asks them (`nmt.translation.search.constraints`).
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ import torch
 from torch import Tensor
 
 from nmt.config import DecodeConfig
-from nmt.search.job import SearchJob
 from nmt.tokenizer import EOS
+from nmt.translation.search.job import SearchJob
 
 NEG_INF = float("-inf")
 ALL = 1 << 30  # a rule's `context` when it reads a row's whole history
@@ -226,7 +226,7 @@ class ForcedPrefix:
 
     def to_columns(self, ids: Tensor) -> ForcedPrefix:
         """The prefix in a shortlist's columns (its pieces are in the shortlist: see
-        `nmt.search.batch`)."""
+        `nmt.translation.search.batch`)."""
         columns = torch.searchsorted(ids, self.prefix.clamp(min=0))
         return ForcedPrefix(torch.where(self.prefix >= 0, columns, self.prefix))
 

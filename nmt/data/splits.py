@@ -1,6 +1,6 @@
 """Parallel corpora: read a split from local files or the Hugging Face hub, as lists (the small
 validation and test splits) or as a stream that is never held in memory whole (the training split,
-which `nmt.tokenized` turns into memory-mapped Arrow), and encode pairs into ids.
+which `nmt.data.tokenized` turns into memory-mapped Arrow), and encode pairs into ids.
 
 Local files come as text pairs (`train.de` + `train.en`), TSV or JSONL. Every problem with them is
 one NMTError that names the file, and the line where there is one: a missing split, files of
@@ -21,11 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
-from nmt.cache import CHUNK, digest
 from nmt.config import DataConfig, DataFormat, Split
+from nmt.data.cache import CHUNK, digest
 from nmt.errors import NMTError
-from nmt.inputs import clean
-from nmt.tokenizer import EOS, Vocabs
+from nmt.tokenizer import EOS, Vocabs, clean
 
 BOM = b"\xef\xbb\xbf"  # a byte-order mark some editors put at the start of a UTF-8 file
 
@@ -206,7 +205,8 @@ def _read_hub(cfg: DataConfig, split: Split) -> Corpus:
 
 def read_split(cfg: DataConfig, split: Split) -> Corpus:
     """The cleaned pairs of one split, from local files if `local_dir` is set, else the hub, as
-    lists: for the validation and test splits (the training split is read by `nmt.tokenized`)."""
+    lists: for the validation and test splits (the training split is read by
+    `nmt.data.tokenized`)."""
     if not cfg.local_dir:
         return _read_hub(cfg, split)
     fmt, files = local_files(cfg, split)

@@ -12,10 +12,10 @@ from torch import Tensor
 
 from nmt.config import DecodeConfig
 from nmt.models.seq2seq import Seq2Seq
-from nmt.search.batch import SearchBatch
-from nmt.search.rules import NEG_INF, Step
-from nmt.search.step import Hypothesis, hypothesis, next_log_probs
 from nmt.tokenizer import BOS, EOS
+from nmt.translation.search.batch import SearchBatch
+from nmt.translation.search.rules import NEG_INF, Step
+from nmt.translation.search.step import Hypothesis, hypothesis, next_log_probs
 
 
 def _draw(log_probs: Tensor, cfg: DecodeConfig, generator: torch.Generator | None) -> Tensor:

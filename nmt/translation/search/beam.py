@@ -3,9 +3,9 @@
 Rows are (sentence, beam) pairs: R = N * W for N live sentences of W rows each (1 at the first
 step, then K). A sentence that is done leaves the batch with its state rows.
 
-With positive constraints (`Constraints`, nmt/search/positive.py) a step's 2K candidates come
-from dynamic beam allocation instead of the top-2K by score, and each row's constraint progress
-follows the beam; without them, that code does not run.
+With positive constraints (`Constraints`, nmt/translation/search/constraints.py) a step's 2K
+candidates come from dynamic beam allocation instead of the top-2K by score, and each row's
+constraint progress follows the beam; without them, that code does not run.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from torch import Tensor
 
 from nmt.errors import NMTError
 from nmt.models.seq2seq import Seq2Seq
-from nmt.search.batch import SearchBatch
-from nmt.search.positive import follow
-from nmt.search.rules import NEG_INF, Step
-from nmt.search.step import Hypothesis, hypothesis, next_log_probs
 from nmt.tokenizer import BOS, EOS
+from nmt.translation.search.batch import SearchBatch
+from nmt.translation.search.constraints import follow
+from nmt.translation.search.rules import NEG_INF, Step
+from nmt.translation.search.step import Hypothesis, hypothesis, next_log_probs
 
 
 @torch.inference_mode()
@@ -33,8 +33,8 @@ def beam_search(model: Seq2Seq, batch: SearchBatch) -> list[list[Hypothesis]]:
     continues with the K best that do not end. A sentence is done when K hypotheses have finished
     or it reached its length limit (then its K best are kept as they are, unended). The step
     rules read the history, which follows the beam. With positive constraints, every returned
-    hypothesis contains each of its sentence's phrases (see nmt/search/positive.py); a sentence
-    none of whose hypotheses could meet them gets an empty list.
+    hypothesis contains each of its sentence's phrases (see nmt/translation/search/constraints.py);
+    a sentence none of whose hypotheses could meet them gets an empty list.
     """
     cfg, src, max_len = batch.cfg, batch.src, batch.max_len
     size, device, k = src.size(0), src.device, cfg.beam_size

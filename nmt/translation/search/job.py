@@ -1,5 +1,5 @@
 """What one search decodes: its sources in ids and what is asked of their translations, the
-search's whole input besides the model (`nmt.request` makes one from a request)."""
+search's whole input besides the model (`nmt.translation.request` makes one from a request)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ class SearchJob:
     """What one search decodes, in ids: the search's whole input besides the model.
 
     `decode` gives the settings (strategy, beam, penalties, limits, batch size, precision); its
-    text content (prefix, banned, constraints) is not read here: `nmt.request` turns that into
-    the ids below."""
+    text content (prefix, banned, constraints) is not read here: `nmt.translation.request` turns
+    that into the ids below."""
 
     sources: list[list[int]]  # each ending in EOS
     decode: DecodeConfig
@@ -23,7 +23,7 @@ class SearchJob:
     # target id sequences (none empty) that no translation contains (`Banned`)
     banned: list[list[int]] = field(default_factory=list)
     # per source, target id sequences every translation of it contains ([] for none; beam
-    # search only: `nmt.search.positive`)
+    # search only: `nmt.translation.search.constraints`)
     constraints: list[list[list[int]]] | None = None
     attention: bool = False  # keep the attention maps of each hypothesis
-    trees: bool = False  # record each sentence's search tree (`nmt.beam_tree`)
+    trees: bool = False  # record each sentence's search tree (`nmt.translation.search.tree`)

@@ -18,16 +18,16 @@ with beam search. Then `segments` hold what is asked of each text (`Segment`: th
 prefix, its constraints), `banned_phrases` the phrases no translation may contain, and
 `settings` the decode settings without that content (prefix, banned and constraints emptied):
 what the texts of different requests must share to be searched together. A new per-text option
-is a field of `Segment`; a new per-step rule a setting (`nmt.search.rules`).
+is a field of `Segment`; a new per-step rule a setting (`nmt.translation.search.rules`).
 
 `prepare` turns a request into ids with a model's vocabularies and checks what depends on them
 before anything is searched, each problem an NMTError naming its text ("line N" of a file, "text
 N" of an HTTP request): the sources (cut to decode.max_src_pieces, the target tag put before
-each: `nmt.inputs`), the prefixes, every spelling of the banned phrases (`nmt.phrases`, expanded
-once for the whole request), each text's constraints (no banned phrase inside one, and room for
-them within the text's length limit after its prefix). A `Prepared` request is what the search
-runs (`Translator.run`); nmt-serve queues its texts and searches texts of several requests
-together when their `key`s are equal.
+each: `nmt.translation.inputs`), the prefixes, every spelling of the banned phrases
+(`nmt.translation.phrases`, expanded once for the whole request), each text's constraints (no banned
+phrase inside one, and room for them within the text's length limit after its prefix). A `Prepared`
+request is what the search runs (`Translator.run`); nmt-serve queues its texts and searches texts of
+several requests together when their `key`s are equal.
 
 This module needs sentencepiece and nothing heavier: the exported runtimes prepare their requests
 here too, without torch.
@@ -44,9 +44,9 @@ from functools import cached_property
 
 from nmt.config import NEED_BEAM, DecodeConfig, Strategy
 from nmt.errors import NMTError
-from nmt.inputs import prefix_ids, read_sources
-from nmt.phrases import banned_forms, constraint_ids, problem
 from nmt.tokenizer import Vocabs
+from nmt.translation.inputs import prefix_ids, read_sources
+from nmt.translation.phrases import banned_forms, constraint_ids, problem
 
 log = logging.getLogger(__name__)
 
@@ -151,9 +151,10 @@ class Prepared:
 
 
 def prepare(request: Request, vocabs: Vocabs, tag: list[int], warn: bool = True) -> Prepared:
-    """The request in ids (see the module's notes), with `tag` (`nmt.inputs.TargetTags.ids`)
-    put before each source. `warn`: log a warning for each source cut to max_src_pieces (off for
-    a check that comes before the translation, which warns)."""
+    """The request in ids (see the module's notes), with `tag`
+    (`nmt.translation.inputs.TargetTags.ids`) put before each source. `warn`: log a warning for each
+    source cut to max_src_pieces (off for a check that comes before the translation, which
+    warns)."""
     settings, segments = request.settings, request.segments
     first, noun = request.first_line, request.noun
     sources = read_sources(
@@ -192,9 +193,9 @@ def prepare(request: Request, vocabs: Vocabs, tag: list[int], warn: bool = True)
 def _warn_crowded(texts: list[PreparedText], settings: DecodeConfig, first: int, noun: str):
     """Warn, naming the texts, where constraints have more banks of progress than the beam has
     places. Beam search ranks a text's hypotheses in banks by the constraint pieces they hold, 0
-    to all of them (`nmt.search.positive`), and keeps the best of each bank, highest first: with
-    fewer places than banks, the lowest banks get none at a step where all are full. Every
-    translation still holds every constraint; a search that could have gone through a low bank
+    to all of them (`nmt.translation.search.constraints`), and keeps the best of each bank, highest
+    first: with fewer places than banks, the lowest banks get none at a step where all are full.
+    Every translation still holds every constraint; a search that could have gone through a low bank
     may find a worse one. Warned rather than refused or widened: the beam is the user's
     setting, and its cost is what the server bounds."""
     crowded = []

@@ -2,8 +2,8 @@
 next-piece log-probabilities.
 
 `next_log_probs` is the whole per-step path: the model's step (over the shortlist's columns when
-there is one), log-softmax in fp32, then the batch's step rules (`nmt.search.rules`) in their
-order, the forced prefix last.
+there is one), log-softmax in fp32, then the batch's step rules (`nmt.translation.search.rules`) in
+their order, the forced prefix last.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from nmt.beam_tree import BeamTree
 from nmt.config import DecodeConfig
 from nmt.models.seq2seq import Seq2Seq
-from nmt.search.batch import SearchBatch
-from nmt.search.rules import NEG_INF, Step
 from nmt.tokenizer import EOS
+from nmt.translation.search.batch import SearchBatch
+from nmt.translation.search.rules import NEG_INF, Step
+from nmt.translation.search.tree import BeamTree
 
 
 @dataclass
@@ -48,7 +48,7 @@ def next_log_probs(model: Seq2Seq, prev: Tensor, state, batch: SearchBatch, step
     if shortlist is None:
         logits, weights, state = model.decode_step(prev, state)
     else:
-        logits, weights, state = model.decode_step(shortlist.ids[prev], state, shortlist.output)
+        logits, weights, state = model.decode_step(shortlist.ids[prev], state, batch.output)
         logits = logits.masked_fill(~step.allowed, NEG_INF)
     log_probs = torch.log_softmax(logits.float(), dim=-1)  # fp32 whatever the autocast
     return batch.rules(log_probs, step), weights, state

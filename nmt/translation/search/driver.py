@@ -1,5 +1,5 @@
 """The batch driver: a `SearchJob` (any number of sources, in ids, and what is asked of their
-translations), decoded in length-sorted batches (`nmt.inputs.length_batches`, as every
+translations), decoded in length-sorted batches (`nmt.translation.inputs.length_batches`, as every
 translator batches) with the configured strategy, the results in input order."""
 
 from __future__ import annotations
@@ -12,18 +12,18 @@ import torch
 from nmt.config import NEED_BEAM, DecodeConfig, Precision, Strategy
 from nmt.device import autocast
 from nmt.errors import NMTError
-from nmt.inputs import length_batches
 from nmt.lexicon import Lexicon
 from nmt.models.compiled import settings as compile_settings
 from nmt.models.int8 import int8_copy
 from nmt.models.seq2seq import Seq2Seq
-from nmt.search.batch import SearchBatch
-from nmt.search.beam import beam_search
-from nmt.search.job import SearchJob
-from nmt.search.positive import Unmet
-from nmt.search.rules import StepRules
-from nmt.search.single_path import greedy, sample
-from nmt.search.step import Decoded, Hypothesis
+from nmt.translation.inputs import length_batches
+from nmt.translation.search.batch import SearchBatch
+from nmt.translation.search.beam import beam_search
+from nmt.translation.search.constraints import Unmet
+from nmt.translation.search.job import SearchJob
+from nmt.translation.search.rules import StepRules
+from nmt.translation.search.single_path import greedy, sample
+from nmt.translation.search.step import Decoded, Hypothesis
 
 
 def decode_all(
@@ -51,7 +51,7 @@ def search_all(
     Constraints need beam search (an NMTError otherwise). Should a sentence end with no
     hypothesis meeting its constraints (more pieces than its length limit leaves, a banned
     phrase or decode.no_repeat_ngram blocking a piece they need), `Unmet` names it: a request
-    is checked against the first before it gets here (`nmt.request.prepare`)."""
+    is checked against the first before it gets here (`nmt.translation.request.prepare`)."""
     cfg = job.decode
     constraints = job.constraints if job.constraints and any(job.constraints) else None
     if constraints is not None:

@@ -21,15 +21,15 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from nmt.batches import collate
-from nmt.beam_tree import TreeRecorder
 from nmt.config import DecodeConfig, Strategy
+from nmt.data.batches import collate
 from nmt.errors import NMTError
 from nmt.lexicon import NO_LEXICON, Lexicon, Shortlist
-from nmt.models.seq2seq import Seq2Seq
-from nmt.search.job import SearchJob
-from nmt.search.positive import Constraints
-from nmt.search.rules import StepRules
+from nmt.models.seq2seq import OutputRows, Seq2Seq
+from nmt.translation.search.constraints import Constraints
+from nmt.translation.search.job import SearchJob
+from nmt.translation.search.rules import StepRules
+from nmt.translation.search.tree import TreeRecorder
 
 
 @dataclass
@@ -42,6 +42,7 @@ class SearchBatch:
     prefix_len: Tensor | None  # (B,) each sentence's forced pieces; None: no prefix
     constraints: Constraints | None  # None: no sentence has one
     shortlist: Shortlist | None
+    output: OutputRows | None  # the output layer's rows for the shortlist's ids
     recorder: TreeRecorder | None  # records the search tree when asked for
     attention: bool  # keep the attention maps of each hypothesis
 
@@ -68,9 +69,10 @@ class SearchBatch:
         if job.constraints is not None:
             wanted = Constraints.build([job.constraints[i] for i in rows], device)
         rules = rules.for_batch(cfg, min_len, prefix)
-        shortlist = None
+        shortlist = output = None
         if cfg.shortlist:
-            shortlist = _shortlist(model, cfg, lexicon, src, prefix, wanted)
+            shortlist = _shortlist(cfg, lexicon, src, prefix, wanted)
+            output = model.output_rows(shortlist.ids)
             rules = rules.to_columns(shortlist.ids)
             wanted = None if wanted is None else wanted.to_columns(shortlist.ids)
         recorder = None
@@ -80,7 +82,7 @@ class SearchBatch:
             recorder = TreeRecorder(row_sentence, len(index), goals)
         return cls(
             src, src_lens, cfg, max_len, rules, None if prefix is None else (prefix >= 0).sum(1),
-            wanted, shortlist, recorder, job.attention,
+            wanted, shortlist, output, recorder, job.attention,
         )  # fmt: skip
 
 
@@ -106,7 +108,6 @@ def _prefix_tensor(prefixes: list[list[int]]) -> Tensor | None:
 
 
 def _shortlist(
-    model: Seq2Seq,
     cfg: DecodeConfig,
     lexicon: Lexicon | None,
     src: Tensor,
@@ -122,6 +123,4 @@ def _shortlist(
     if constraints is not None:
         pieces = constraints.pieces()
         needed = pieces if prefix is None else torch.cat([prefix, pieces], dim=1)
-    shortlist = lexicon.shortlist(src, cfg.shortlist, cfg.shortlist_frequent, columns, needed)
-    shortlist.output = model.output_rows(shortlist.ids)
-    return shortlist
+    return lexicon.shortlist(src, cfg.shortlist, cfg.shortlist_frequent, columns, needed)

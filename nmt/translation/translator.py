@@ -8,42 +8,44 @@
     translator.translate(["Ein Hund läuft."], constraints=[["puppy"]])         # always these
     translator.score(["Ein Hund läuft."], ["A dog runs."])                     # log-probabilities
 
-`translate` and `translate_full` are `run(prepare(Request(...)))`: a `nmt.request.Request` carries
-a call's texts and options (the merge rules with the decode settings' defaults are there),
-`prepare` tokenizes and checks it once, `run` searches. A server prepares a request when it
-arrives, and runs the texts of several requests together.
+`translate` and `translate_full` are `run(prepare(Request(...)))`: a
+`nmt.translation.request.Request` carries a call's texts and options (the merge rules with the
+decode settings' defaults are there), `prepare` tokenizes and checks it once, `run` searches. A
+server prepares a request when it arrives, and runs the texts of several requests together.
 
 Decode settings are an argument of each call (the default is what the checkpoint validated with,
 or the `decode` given at construction), so one Translator serves any mix of requests: nmt-serve
 keeps one for its life. Whatever the texts hold (empty, huge, control characters), N texts in give
 N translations out in the same order: blank texts give blank translations, and no translation
-contains a newline. The input path (`nmt.inputs`) is the one the exported runtimes share.
+contains a newline. The input path (`nmt.translation.inputs`) is the one the exported runtimes
+share.
 
 A prefix (target text) is tokenized with the target vocabulary and forced at the start of the
-translation: the model scores it and goes on from there (`nmt.search`). A prefix the vocabulary
-cannot write (a character it lacks) or one longer than the length limit lets a translation be is
-an NMTError naming its line. A prefix is cut where its pieces end: "I see eigh" forces the pieces
-of "eigh", so the translation continues after them rather than within a longer word.
+translation: the model scores it and goes on from there (`nmt.translation.search`). A prefix the
+vocabulary cannot write (a character it lacks) or one longer than the length limit lets a
+translation be is an NMTError naming its line. A prefix is cut where its pieces end: "I see eigh"
+forces the pieces of "eigh", so the translation continues after them rather than within a longer
+word.
 
-Banned phrases never appear in a translation: `nmt.phrases.banned_forms` says which piece
-sequences are blocked, and `nmt.search.rules` how. A blank phrase is an NMTError naming it.
+Banned phrases never appear in a translation: `nmt.translation.phrases.banned_forms` says which
+piece sequences are blocked, and `nmt.translation.search.rules` how. A blank phrase is an NMTError
+naming it.
 
 Constraints appear in every translation, each contiguous, in an order the search chooses (beam
-search only: `nmt.search.positive`). `nmt.phrases.constraint_ids` says which pieces a phrase must
-appear as: sentencepiece's own segmentation of it, as a word start ("gentleman" -> "▁gentle"
-"man"), so it is met at the start of the translation or after a space, and also where it starts
-a longer word whose pieces begin with its own ("▁gentle" "man" "ly"); a phrase that starts with
-a mark that attaches to the word before it ("," "'s" ")" "-based") is matched without the word
-start. A forced prefix's pieces count toward them. Constraints that cannot be met (a piece the
-vocabulary lacks, a banned phrase inside one, more pieces than the length limit leaves, a
-strategy other than beam) are an NMTError naming the text, before anything is translated; a
+search only: `nmt.translation.search.constraints`). `nmt.translation.phrases.constraint_ids` says
+which pieces a phrase must appear as: sentencepiece's own segmentation of it, as a word start
+("gentleman" -> "▁gentle" "man"), so it is met at the start of the translation or after a space, and
+also where it starts a longer word whose pieces begin with its own ("▁gentle" "man" "ly"); a phrase
+that starts with a mark that attaches to the word before it ("," "'s" ")" "-based") is matched
+without the word start. A forced prefix's pieces count toward them. Constraints that cannot be met
+(a piece the vocabulary lacks, a banned phrase inside one, more pieces than the length limit leaves,
+a strategy other than beam) are an NMTError naming the text, before anything is translated; a
 blank text has a blank translation whatever its constraints.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -52,24 +54,24 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from nmt.attention_map import select_map
-from nmt.beam_tree import BeamTree
 from nmt.checkpoint import Checkpoint, load_checkpoint
 from nmt.config import DecodeConfig, Strategy
 from nmt.device import check_precision, resolve_device
 from nmt.errors import NMTError
-from nmt.inputs import TargetTags, clean, read_sources
-from nmt.lexicon import NO_LEXICON, Lexicon
+from nmt.lexicon import Lexicon, check_lexicon
 from nmt.models import restore_model
 from nmt.models.compiled import check_compile
 from nmt.models.ensemble import check_options, load_ensemble
 from nmt.models.seq2seq import Seq2Seq
-from nmt.phrases import spans
-from nmt.request import Prepared, PreparedText, Request, prepare
 from nmt.run_config import CheckpointsConfig
-from nmt.scoring import Scored, score_ids
-from nmt.search import Decoded, SearchJob, Unmet, search_all
-from nmt.tokenizer import EOS, UNK, Vocab, Vocabs
+from nmt.tokenizer import EOS, Vocab, Vocabs, clean
+from nmt.translation.attention_map import select_map
+from nmt.translation.inputs import TargetTags
+from nmt.translation.phrases import spans
+from nmt.translation.request import Prepared, PreparedText, Request, prepare
+from nmt.translation.scoring import Scored, read_pairs, score_ids
+from nmt.translation.search import Decoded, SearchJob, Unmet, search_all
+from nmt.translation.search.tree import BeamTree
 
 log = logging.getLogger(__name__)
 
@@ -191,13 +193,7 @@ class Translator:
         if decode.compile:
             check_compile(self.device)
         if decode.shortlist:
-            if self.lexicon is None:
-                raise NMTError(NO_LEXICON)
-            if self.lexicon.shape != (len(self.vocabs.src), len(self.vocabs.tgt)):
-                raise NMTError(
-                    "the checkpoint's lexicon.pt was learned for another vocabulary: "
-                    "python -m nmt.cli.lexicon CKPT_DIR learns it again"
-                )
+            check_lexicon(self.lexicon, len(self.vocabs.src), len(self.vocabs.tgt))
         self._checked = decode
 
     def warm_up(self) -> float:
@@ -224,8 +220,8 @@ class Translator:
         return seconds
 
     def prepare(self, request: Request, warn: bool = True) -> Prepared:
-        """The request tokenized and checked against this model (`nmt.request.prepare`): an
-        NMTError names what cannot be translated (its settings here, a target language the model
+        """The request tokenized and checked against this model (`nmt.translation.request.prepare`):
+        an NMTError names what cannot be translated (its settings here, a target language the model
         lacks, a prefix or constraints of a text) before anything is searched. `warn`: log the
         sources cut to decode.max_src_pieces (off for a check ahead of the translation)."""
         self.check(request.settings)
@@ -297,13 +293,13 @@ class Translator:
         attention maps. A text longer than `decode.max_src_pieces` is translated from its first
         pieces, with a warning logged that names its line (`first_line` numbers the first).
         `prefixes` (one per text, "" for none) replace `decode.prefix`; `tree` returns each
-        search tree (`nmt.beam_tree`); `banned` phrases, with `decode.banned`, appear in no
-        translation (a forced prefix is forced even if it holds one); `constraints` (one list of
-        phrases per text) replace `decode.constraints`, and appear in every translation (an
+        search tree (`nmt.translation.search.tree`); `banned` phrases, with `decode.banned`, appear
+        in no translation (a forced prefix is forced even if it holds one); `constraints` (one list
+        of phrases per text) replace `decode.constraints`, and appear in every translation (an
         NMTError names a line whose constraints cannot be met; `Translation.constraint_spans`
         says where they are). `tgt_lang` picks the target language of a model trained with
         target tags (data.corpora): its tag is put before each source (`TargetTags.ids`; optional
-        where the model has one target language). See `nmt.request.Request`."""
+        where the model has one target language). See `nmt.translation.request.Request`."""
         request = Request(
             texts, decode or self.decode, prefixes, banned, constraints, tgt_lang, attention,
             tree, first_line,
@@ -321,8 +317,8 @@ class Translator:
     ) -> list[Scored]:
         """What the model thinks of each given translation of its source: the log-probability
         of each of its pieces and of the EOS after them, their total, and the total with
-        `decode`'s length penalty (`nmt.scoring`). N pairs in, N scores out, in order; the search
-        would have reported the same score for the same pieces. A source longer than
+        `decode`'s length penalty (`nmt.translation.scoring`). N pairs in, N scores out, in order;
+        the search would have reported the same score for the same pieces. A source longer than
         `decode.max_src_pieces` is cut as `translate` cuts it (a warning names its line); a blank
         source is the empty sentence (EOS alone), a blank translation scores the EOS alone;
         pieces the target vocabulary lacks are scored as <unk> (a warning names the line).
@@ -331,33 +327,14 @@ class Translator:
         size, source cap, shortlist and precision count; the search's settings (strategy, length
         limits, prefix, banned phrases, constraints, step rules, compile) have no part in
         scoring."""
-        if len(sources) != len(translations):
-            raise NMTError(f"{len(sources)} sources but {len(translations)} translations")
         decode = decode or self.decode
         self.check(decode)
-        tag = self.tags.ids(tgt_lang)
-        read = read_sources(self.vocabs.src, sources, decode.max_src_pieces, first_line)
-        src_ids = read.place([tag + ids for ids in read.ids], lambda i: [EOS])
-        texts = [clean(t) for t in translations]
-        tgt_ids = self.vocabs.tgt.encode(texts) if any(texts) else [[] for _ in texts]
-        for i, ids in enumerate(tgt_ids):
-            if UNK in ids:
-                log.warning(
-                    "line %d: the translation has characters the target vocabulary lacks; "
-                    "they are scored as <unk>", first_line + i,
-                )  # fmt: skip
-        logprobs = score_ids(self.model, src_ids, tgt_ids, decode, self.device, self.lexicon)
-        return [
-            Scored(
-                source=source,
-                translation=text,
-                score=math.fsum(values),
-                normalized=decode.normalize(math.fsum(values), len(values)),
-                pieces=self.vocabs.tgt.id_to_piece(ids + [EOS]),
-                piece_scores=values,
-            )
-            for source, text, ids, values in zip(sources, texts, tgt_ids, logprobs)
-        ]
+        pairs = read_pairs(
+            self.vocabs, self.tags.ids(tgt_lang), sources, translations, decode.max_src_pieces,
+            first_line,
+        )  # fmt: skip
+        logprobs = score_ids(self.model, pairs.src, pairs.tgt, decode, self.device, self.lexicon)
+        return pairs.scored(logprobs, decode, self.vocabs.tgt)
 
 
 def _translation(

@@ -5,12 +5,12 @@ The first run on a corpus streams it into an Arrow table (Hugging Face `datasets
 in `data.num_proc` processes (`Dataset.map`) into columns of token ids (uint16 where the
 vocabulary fits, else int32) and their lengths, and moves the Arrow files `map` wrote (one per
 process) into the cache
-(`nmt.cache`), under a digest of the corpus (`nmt.data.split_digest`), the tokenizer files and the
-source of the code that encodes (ENCODING_CODE): a changed corpus, split, tokenizer or encoding
-code is never read from a stale entry, and a run killed while tokenizing leaves only a temporary
-directory that nothing reads. Every run then scans the entry's Arrow files once
+(`nmt.data.cache`), under a digest of the corpus (`nmt.data.splits.split_digest`), the tokenizer
+files and the source of the code that encodes (ENCODING_CODE): a changed corpus, split, tokenizer or
+encoding code is never read from a stale entry, and a run killed while tokenizing leaves only a
+temporary directory that nothing reads. Every run then scans the entry's Arrow files once
 (`TokenizedCorpus`, which its owner closes): the two length columns select the pairs within
-`data.max_len` and plan the batches (`nmt.batches`), and a batch's rows are read from disk only
+`data.max_len` and plan the batches (`nmt.data.batches`), and a batch's rows are read from disk only
 when it is trained on. An entry's files are plain Arrow IPC streams, `data-00000-of-0000N.arrow`
 in row order (`datasets.Dataset.from_file` opens each). They are moved, not copied: a copy
 (`save_to_disk`) would read the whole table through a memory map, whose pages count in the
@@ -21,8 +21,8 @@ Hub datasets take the same path: `datasets` already holds them as Arrow, and `ma
 With subword regularization on (data.tokenizer.sample_alpha > 0), the entry also holds each
 text's `sample_nbest` best segmentations (NBEST_COLUMNS; another entry, since the key holds the
 n-best size): sentencepiece finds them once per corpus, in the tokenizing processes, and a
-training batch draws one per pair and epoch as it is read (`nmt.batches.EpochSampling`), with no
-sentencepiece call in training. They are read as the ids are, one pread per pair and side, so
+training batch draws one per pair and epoch as it is read (`nmt.data.batches.EpochSampling`), with
+no sentencepiece call in training. They are read as the ids are, one pread per pair and side, so
 memory stays flat (16 more bytes a pair: where each side's candidates lie, and how many ids).
 """
 
@@ -39,15 +39,14 @@ import pyarrow as pa
 import sentencepiece as spm
 import torch
 
-from nmt import data as data_module
-from nmt import inputs, tokenizer
-from nmt.batches import Batch, Candidates, EpochSampling, pad_flat
-from nmt.cache import building, code_digest, digest, file_digest
+from nmt import tokenizer
 from nmt.config import DataConfig, Split
-from nmt.data import load_hub_split, local_files, pair_from_record, raw_pairs
+from nmt.data import splits as data_module
+from nmt.data.batches import Batch, Candidates, EpochSampling, pad_flat
+from nmt.data.cache import building, code_digest, digest, file_digest
+from nmt.data.splits import load_hub_split, local_files, pair_from_record, raw_pairs
 from nmt.errors import NMTError
-from nmt.inputs import clean
-from nmt.tokenizer import BOS, EOS, Vocab, Vocabs, load_vocabs
+from nmt.tokenizer import BOS, EOS, Vocab, Vocabs, clean, load_vocabs
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +77,8 @@ class TokenizedCorpus:
     disk, since the random batches of training touch every page. Read this way it stays flat (the
     kernel's page cache keeps the file, shared and reclaimable).
 
-    Sources end with EOS, targets carry neither BOS nor EOS, as in `nmt.data.Encoded`; example i
-    is the i-th pair kept. The entry holds the best segmentation; with `sampling` (subword
+    Sources end with EOS, targets carry neither BOS nor EOS, as in `nmt.data.splits.Encoded`;
+    example i is the i-th pair kept. The entry holds the best segmentation; with `sampling` (subword
     regularization), a training batch of a given epoch is resegmented as it is read."""
 
     def __init__(self, path: Path, max_len: int, sampling: EpochSampling | None = None) -> None:
@@ -460,10 +459,11 @@ def _nmt_error(err: BaseException) -> NMTError | None:
 # The code that decides what an entry holds, beyond the corpus and the tokenizer files: the
 # source of these is digested into the key (`encoding_digest`), so that an edit to any of them is
 # another entry, never a stale one. Keep the list whole when that code moves or grows:
-# - `_build`: which rows are read, the columns, the id dtype; `_raw_rows`, `nmt.data.raw_pairs`
-#   and `nmt.data._lines`: the text of a local row (BOM, UTF-8, TSV fields, JSONL records);
-#   `nmt.data.pair_from_record`: the text of a JSONL or hub record;
-# - `_vocabs`: the tokenizer a worker encodes with; `_encode`, `nmt.inputs.clean` and its
+# - `_build`: which rows are read, the columns, the id dtype; `_raw_rows`,
+# `nmt.data.splits.raw_pairs`   and `nmt.data.splits._lines`: the text of a local row (BOM, UTF-8,
+# TSV fields, JSONL records);   `nmt.data.splits.pair_from_record`: the text of a JSONL or hub
+# record;
+# - `_vocabs`: the tokenizer a worker encodes with; `_encode`, `nmt.tokenizer.clean` and its
 #   pattern: the cleaning, the EOS, the lengths; `_pack`: how n-best lists are stored;
 # - `nmt.tokenizer.load_vocabs`, `Vocab.__init__`, `Vocab.encode`, `Vocab.nbest`, `_read_kept`:
 #   which model and pruned list encode which side, and how a pruned id is mapped.
@@ -472,6 +472,6 @@ def _nmt_error(err: BaseException) -> NMTError | None:
 ENCODING_CODE: tuple[object, ...] = (
     _build, _raw_rows, _vocabs, _encode, _pack,
     data_module.raw_pairs, data_module._lines, data_module.pair_from_record,
-    inputs.clean, inputs._SPACE,
+    tokenizer.clean, tokenizer._SPACE,
     tokenizer.load_vocabs, Vocab.__init__, Vocab.encode, Vocab.nbest, tokenizer._read_kept,
 )  # fmt: skip

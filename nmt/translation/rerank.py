@@ -42,10 +42,10 @@ from torch import Tensor
 
 from nmt.config import DecodeConfig, LengthPenalty, Precision
 from nmt.errors import NMTError
-from nmt.inputs import clean
-from nmt.request import Request
 from nmt.run_config import TranslateRunConfig, check_rerank_nbest, check_rerank_weights
-from nmt.translate import Translator
+from nmt.tokenizer import clean
+from nmt.translation.request import Request
+from nmt.translation.translator import Translator
 
 FLOOR = -1e9  # a score of -inf as a feature: finite, so that a weight of 0 leaves it out
 MAX_GRID = 100_000  # most weight vectors `tune_weights` tries

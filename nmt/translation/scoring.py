@@ -1,8 +1,8 @@
 """Scoring given translations: the log-probability the model gives each target piece of a
 translation of a source, by teacher forcing (one `Seq2Seq.forward` per batch, no search).
 
-The numbers are the search's own (`nmt.search`): `torch.log_softmax(logits.float(), -1)` under
-the same `decode.precision` autocast, a piece's log-probability before the search's hard
+The numbers are the search's own (`nmt.translation.search`): `torch.log_softmax(logits.float(), -1)`
+under the same `decode.precision` autocast, a piece's log-probability before the search's hard
 constraints (`decode.min_len_*`, `decode.no_repeat_ngram` block a piece with -inf, they never
 change the others'), the EOS that ends the translation included. So the total of the search's own
 output is the score the search reported for it (`Hypothesis.score`), and its length-normalised
@@ -13,25 +13,30 @@ produce it. `decode.prefix` has no part in scoring (the whole translation is giv
 totals agree to float32 rounding; under bf16 only to bf16's (8 bits of mantissa): teacher forcing
 multiplies other shapes than a step does, and bf16 products round differently with the shape.
 
-Sentences are batched as the search batches them (`nmt.inputs.length_batches`), sorted by
-target length, then source length: the decoder is where the time goes (a Bahdanau decoder steps
-through every padded target position), as in training's batches (`nmt.batches.token_batches`).
+Sentences are batched as the search batches them (`nmt.translation.inputs.length_batches`), sorted
+by target length, then source length: the decoder is where the time goes (a Bahdanau decoder steps
+through every padded target position), as in training's batches (`nmt.data.batches.token_batches`).
 """
 
 from __future__ import annotations
 
+import logging
+import math
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from nmt.batches import collate
 from nmt.config import DecodeConfig, Precision
+from nmt.data.batches import collate
 from nmt.device import autocast
 from nmt.errors import NMTError
-from nmt.inputs import length_batches
 from nmt.lexicon import NO_LEXICON, Lexicon
 from nmt.models.seq2seq import Seq2Seq
+from nmt.tokenizer import EOS, UNK, Vocab, Vocabs, clean
+from nmt.translation.inputs import length_batches, read_sources
+
+log = logging.getLogger(__name__)
 
 NEG_INF = float("-inf")
 
@@ -41,11 +46,62 @@ class Scored:
     """What the model thinks of one translation of one source (`Translator.score`)."""
 
     source: str
-    translation: str  # as scored: whitespace runs collapsed (`nmt.inputs.clean`)
+    translation: str  # as scored: whitespace runs collapsed (`nmt.tokenizer.clean`)
     score: float  # total log-probability, the final EOS included (-inf: outside the shortlist)
     normalized: float  # `score` with decode's length penalty, the length counting the EOS
     pieces: list[str]  # the translation's target pieces, EOS ("</s>") last
     piece_scores: list[float]  # the log-probability of each of `pieces`
+
+
+@dataclass
+class Pairs:
+    """Sources and their given translations in ids, as `score_ids` takes them."""
+
+    sources: list[str]
+    texts: list[str]  # the translations as scored: cleaned
+    src: list[list[int]]  # each ending in EOS, the target tag first; [EOS] for a blank source
+    tgt: list[list[int]]  # without BOS and EOS
+
+    def scored(self, logprobs: list[list[float]], cfg: DecodeConfig, vocab: Vocab) -> list[Scored]:
+        """Each pair's `Scored` from its pieces' log-probabilities (`score_ids`)."""
+        return [
+            Scored(
+                source=source,
+                translation=text,
+                score=math.fsum(values),
+                normalized=cfg.normalize(math.fsum(values), len(values)),
+                pieces=vocab.id_to_piece(ids + [EOS]),
+                piece_scores=values,
+            )
+            for source, text, ids, values in zip(self.sources, self.texts, self.tgt, logprobs)
+        ]
+
+
+def read_pairs(
+    vocabs: Vocabs,
+    tag: list[int],
+    sources: list[str],
+    translations: list[str],
+    cap: int,
+    first_line: int = 1,
+) -> Pairs:
+    """The pairs in ids: sources read as every translator reads them (`read_sources`, cut to
+    `cap` pieces, `tag` put before each, a blank one the empty sentence), translations cleaned
+    and tokenized with the target vocabulary (pieces it lacks are <unk>, a warning names the
+    line)."""
+    if len(sources) != len(translations):
+        raise NMTError(f"{len(sources)} sources but {len(translations)} translations")
+    read = read_sources(vocabs.src, sources, cap, first_line)
+    src_ids = read.place([tag + ids for ids in read.ids], lambda i: [EOS])
+    texts = [clean(t) for t in translations]
+    tgt_ids = vocabs.tgt.encode(texts) if any(texts) else [[] for _ in texts]
+    for i, ids in enumerate(tgt_ids):
+        if UNK in ids:
+            log.warning(
+                "line %d: the translation has characters the target vocabulary lacks; "
+                "they are scored as <unk>", first_line + i,
+            )  # fmt: skip
+    return Pairs(list(sources), texts, src_ids, tgt_ids)
 
 
 def score_ids(

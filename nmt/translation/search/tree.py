@@ -10,9 +10,9 @@ complete hypothesis: it ended with EOS, or at the length limit), "pruned" (kept 
 never extended and never finished). Hypotheses that could not be reached (score -inf, the rows
 a beam carries while a forced prefix allows one path) are left out.
 
-With positive constraints (`nmt.search.positive`), each node also has `met`: the constraint
-pieces its hypothesis holds (its bank: the pieces of its met phrases and of its most advanced
-unmet one), out of the tree's `constraint_pieces`; a finished node has them all. Without
+With positive constraints (`nmt.translation.search.constraints`), each node also has `met`: the
+constraint pieces its hypothesis holds (its bank: the pieces of its met phrases and of its most
+advanced unmet one), out of the tree's `constraint_pieces`; a finished node has them all. Without
 constraints both are None, and a tree is what it was before they existed.
 """
 

@@ -2,11 +2,11 @@
 `decode.max_src_pieces` and tokenized, forced prefixes tokenized and checked, and then batched by
 length.
 
-`nmt.translate.Translator`, the exported runtime (`nmt.export.runtime.ExportedTranslator`) and the
+`nmt.translation.Translator`, the exported runtime (`nmt.export.runtime.ExportedTranslator`) and the
 CTranslate2 runner (`nmt.export.ct2.CT2Translator`) all read their input through `read_sources`
 and batch it with `length_batches`, so a given text reaches every one of them as the same ids, and
 a line that holds only a byte-order mark is blank for all three. Training corpora are cleaned by
-the same `clean` (`nmt.data`).
+the same `clean` (`nmt.tokenizer`).
 
 This module needs sentencepiece (through `nmt.tokenizer`) and nothing heavier: the exported
 runtime runs without torch.
@@ -16,27 +16,19 @@ from __future__ import annotations
 
 import itertools
 import logging
-import re
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 from nmt.config import DecodeConfig
 from nmt.errors import NMTError
-from nmt.tokenizer import EOS, UNK, Vocab
+from nmt.tokenizer import EOS, UNK, Vocab, clean
 
 log = logging.getLogger(__name__)
 
-_SPACE = re.compile(r"[\s\ufeff]+")  # whitespace, and a byte-order mark left by some editors
 # Raw characters kept per allowed piece before a capped source is tokenized: a piece spans at most
 # 16 characters (sentencepiece's max_sentencepiece_length), so 64 leaves a wide margin, and a
 # million-character line costs the tokenizer tens of thousands of characters, not a million.
 CHARS_PER_PIECE = 64
-
-
-def clean(text: str) -> str:
-    """Collapse whitespace runs (tabs, newlines, NBSP, byte-order marks...) to one space and strip
-    the ends. Applied to sources, references and outputs alike: no output holds a newline."""
-    return _SPACE.sub(" ", text).strip()
 
 
 @dataclass

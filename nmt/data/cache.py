@@ -1,6 +1,6 @@
 """What nmt derives from a corpus once and keeps for later runs: its tokenizer and its tokenized
-training split (`nmt.tokenized`), each in a directory named by a digest of everything it was made
-from, so that a changed file, setting or encoding code is never read from a stale entry.
+training split (`nmt.data.tokenized`), each in a directory named by a digest of everything it was
+made from, so that a changed file, setting or encoding code is never read from a stale entry.
 
 The cache lives in `data.cache_dir`, by default `$XDG_CACHE_HOME/nmt` (`~/.cache/nmt`), as
 Hugging Face's own cache does. An entry is built in a temporary directory beside its final name

@@ -33,9 +33,10 @@ fewer than n_best hypotheses: those that could no longer meet the phrases are dr
 when none is left the sentence is done.
 
 A forced prefix's pieces count toward the constraints: the prefix is part of the hypothesis.
-`nmt.phrases.pieces_needed` is what the search's feasibility rule starts from after a prefix,
-and the request's length check (`nmt.phrases.problem`) uses it. Greedy and sampling keep one
-path per row, with no beam to allocate: they refuse constraints (`nmt.config.NEED_BEAM`).
+`nmt.translation.phrases.pieces_needed` is what the search's feasibility rule starts from after a
+prefix, and the request's length check (`nmt.translation.phrases.problem`) uses it. Greedy and
+sampling keep one path per row, with no beam to allocate: they refuse constraints
+(`nmt.config.NEED_BEAM`).
 """
 
 from __future__ import annotations
@@ -46,9 +47,9 @@ import torch
 from torch import Tensor
 
 from nmt.errors import NMTError
-from nmt.phrases import jumps
-from nmt.search.rules import NEG_INF
 from nmt.tokenizer import EOS
+from nmt.translation.phrases import jumps
+from nmt.translation.search.rules import NEG_INF
 
 
 class Unmet(NMTError):
@@ -71,8 +72,9 @@ class Constraints:
 
     phrases (B, P, L) piece ids (vocabulary ids, or a shortlist's columns after `to_columns`),
     -1 past a phrase's end and for a sentence's missing phrases; lengths (B, P), 0 for a missing
-    phrase (met from the start); jumps (B, P, L, L) each phrase's `nmt.phrases.jumps`; total
-    (B,) each sentence's pieces in all, its highest bank; levels: the batch's highest bank + 1."""
+    phrase (met from the start); jumps (B, P, L, L) each phrase's `nmt.translation.phrases.jumps`;
+    total (B,) each sentence's pieces in all, its highest bank; levels: the batch's highest bank +
+    1."""
 
     phrases: Tensor
     lengths: Tensor

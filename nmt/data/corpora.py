@@ -2,7 +2,7 @@
 in-domain corpus mixed with a big general one, tagged back-translated data.
 
 Each entry is a corpus of its own, read and tokenized into its own cache entry as a single corpus
-is (`nmt.tokenized`); `MixedCorpus` puts them together behind the interface the trainer reads
+is (`nmt.data.tokenized`); `MixedCorpus` puts them together behind the interface the trainer reads
 (`lengths(epoch)`, `batch(index, epoch)`, `target_tokens(batches, epoch)`), so batching, sharding
 under torchrun and exact resume work on it unchanged.
 
@@ -23,7 +23,7 @@ Tags. A tag is a reserved piece of the tokenizer (sentencepiece `user_defined_sy
 never split, held by no text: `nmt.tokenizer`). It is put before the source as an id, after any
 subword sampling of the pair, so sampling never touches it: the target tag first (Johnson et al.
 2017, "<2fr> ..."), then the source tag. Translation inserts the target tag for `tgt_lang`
-(`nmt.translate.Translator`); the config stored with every checkpoint says which tags exist and
+(`nmt.translation.Translator`); the config stored with every checkpoint says which tags exist and
 which language each asks for (`DataConfig.target_tags`).
 """
 
@@ -38,11 +38,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from nmt.batches import Batch, EpochSampling, pad_flat
 from nmt.config import CorpusConfig, DataConfig, Split
-from nmt.data import Corpus, Encoded, SplitText, encode, read_split, split_digest
+from nmt.data.batches import Batch, EpochSampling, pad_flat
+from nmt.data.splits import Corpus, Encoded, SplitText, encode, read_split, split_digest
+from nmt.data.tokenized import TokenizedCorpus
 from nmt.errors import NMTError
-from nmt.tokenized import TokenizedCorpus
 from nmt.tokenizer import BOS, EOS, UNK, Vocab, Vocabs
 
 log = logging.getLogger(__name__)
@@ -143,7 +143,7 @@ class CorporaText:
 
 def train_digests(cfg: DataConfig) -> list[tuple[str, int]]:
     """(digest, pairs) of each corpus's training split, checked before any work as
-    `nmt.data.split_digest` checks one."""
+    `nmt.data.splits.split_digest` checks one."""
     return [split_digest(corpus_data(cfg, c), Split.train) for c in cfg.corpora]
 
 
