@@ -109,8 +109,8 @@ def main() -> None:
     plain_run = plain_cost = None
     for name, options in variants.items():
         request = Request(sources, decode, noun="text", **options)
-        prepared, costs = check_request(translator, request, 10**12)
-        prepare_s = median_seconds(lambda r=request: check_request(translator, r, 10**12), 1)
+        prepared, costs = check_request(translator, request, 10**12, 0)
+        prepare_s = median_seconds(lambda r=request: check_request(translator, r, 10**12, 0), 1)
         run_s = median_seconds(lambda p=prepared: translator.run(p), args.repeats)
         plain_run, plain_cost = plain_run or run_s, plain_cost or sum(costs)
         banned = prepared.banned

@@ -38,7 +38,6 @@ from nmt.translation.request import Request
 from nmt.translation.search import (
     Constraints,
     SearchJob,
-    Unmet,
     beam_search,
     decode_all,
     search_all,
@@ -46,6 +45,16 @@ from nmt.translation.search import (
 from nmt.translation.translator import Translator
 
 BEAM = DecodeConfig(strategy=Strategy.beam, beam_size=4, n_best=3, max_len_a=1.0, max_len_b=6)
+
+
+def failures(model, sources, cfg, **job) -> list[str | None]:
+    """Each source's `Decoded.failure` from `search_all` (None where it has hypotheses)."""
+    out = search_all(model, SearchJob(sources, cfg, **job), CPU)
+    assert all((d.failure is None) == bool(d.nbest) for d in out)
+    return [d.failure for d in out]
+
+
+UNMET = "no translation could meet its constraints within the length limit"
 
 
 def log(p: float) -> float:
@@ -184,15 +193,22 @@ def test_a_forced_prefix_counts_toward_the_constraints():
     assert problem([[D]], [D], 3) is None
     assert re.match(r"the constraints need 2 pieces after a forced prefix of 1 pieces.* at most 3 "
                     r"pieces", problem([[B, C]], [A], 3))  # fmt: skip
-    with pytest.raises(Unmet, match=r"source 1: no hypothesis met its constraints"):
-        search(RowsToy(TOY), [[A, EOS]] * 2, replace(cfg, max_len_b=3), prefixes=[[D], [A]],
-               constraints=[[[D]], [[B, C]]])  # fmt: skip
+    # the search, given them anyway, finds no hypothesis for that source alone
+    failed = failures(RowsToy(TOY), [[A, EOS]] * 2, replace(cfg, max_len_b=3), prefixes=[[D], [A]],
+                      constraints=[[[D]], [[B, C]]])  # fmt: skip
+    assert failed[0] is None and failed[1].startswith(UNMET)
 
 
-def test_no_translation_can_meet_them_is_an_error_naming_the_source():
-    # after D only EOS or B, and after A B only EOS: D then C never happens
-    with pytest.raises(NMTError, match="source 0: no hypothesis met its constraints"):
-        search(RowsToy(TOY), [[A, EOS]], BEAM, constraints=[[[D, C]]])
+def test_no_translation_can_meet_them_is_that_source_s_failure_alone():
+    """After D only EOS or B, and after A B only EOS: D then C never happens. That source gets no
+    hypothesis and says why; its batch-mate is searched as it is alone."""
+    alone = search(RowsToy(TOY), [[A, EOS]], BEAM, constraints=[[[D]]])
+    assert failures(RowsToy(TOY), [[A, EOS]], BEAM, constraints=[[[D, C]]])[0].startswith(UNMET)
+    both = search_all(
+        RowsToy(TOY), SearchJob([[A, EOS]] * 2, BEAM, constraints=[[[D, C]], [[D]]]), CPU
+    )
+    assert both[0].nbest == [] and both[0].failure.startswith(UNMET)
+    same([both[1].nbest], alone)
 
 
 # ---- random tiny models: every family, batch size, n-best list; an ensemble ----
@@ -341,15 +357,15 @@ def test_constraints_longer_than_the_length_limit_find_no_hypothesis_naming_the_
     # 6 pieces leave the EOS no place: the check refuses them, where the search would still
     # return a hypothesis cut at the limit; 7 pieces the search cannot fit at all
     assert "the constraints need 6 pieces" in problem([[A, A, A], [B, C, D]], [], 6)
-    with pytest.raises(Unmet, match=r"source 1: no hypothesis met its constraints"):
-        search(random_model("gru-bahdanau"), sources, cfg,
-               constraints=[[[A, B]], [[A, A, A], [B, C, D, D]]])  # fmt: skip
+    failed = failures(random_model("gru-bahdanau"), sources, cfg,
+                      constraints=[[[A, B]], [[A, A, A], [B, C, D, D]]])  # fmt: skip
+    assert failed[0] is None and failed[1].startswith(UNMET)
 
 
 def test_a_banned_phrase_inside_a_constraint_leaves_no_hypothesis():
-    with pytest.raises(Unmet, match=r"source 0: no hypothesis met its constraints"):
-        search(random_model("transformer"), [[A, EOS]], BEAM, banned=[[B, C]],
-               constraints=[[[A, B, C]]])  # fmt: skip
+    failed = failures(random_model("transformer"), [[A, EOS]], BEAM, banned=[[B, C]],
+                      constraints=[[[A, B, C]]])  # fmt: skip
+    assert failed[0].startswith(UNMET)
 
 
 # ---- a trained model: text in, text out ----
@@ -490,10 +506,22 @@ def test_unmeetable_constraints_are_clear_errors_naming_the_text(translator):
     # a prefix that meets a constraint, or starts it, leaves it fewer pieces to need
     check(["Ein Hund."], [["seven"]], prefixes=["seven " * (limit - 1)])
     check(["Ein Hund."], [["seven hundred"]], prefixes=["seven " * (limit - 2)])
-    # no_repeat_ngram=1 never lets a piece come twice: a search that finds no hypothesis
-    with pytest.raises(NMTError, match="line 3: no translation could meet its constraints"):
-        once = replace(translator.decode, no_repeat_ngram=1)
+    # no_repeat_ngram=1 never lets a piece come twice: a constraint that repeats one is refused
+    # before the search, naming the piece; two that each need it fail in the search, that text
+    # alone: the library raises for it, a server or a file job answers the others (run)
+    once = replace(translator.decode, no_repeat_ngram=1)
+    with pytest.raises(NMTError, match=r"line 3: the constraint 'seven seven' has 'seven' \(1 "
+                       r"pieces\) twice, and decode.no_repeat_ngram=1 blocks"):  # fmt: skip
         translator.translate(["", "a", "b"], decode=once, constraints=[[], [], ["seven seven"]])
+    both = ["seven hundred", "seven thousand"]
+    with pytest.raises(NMTError, match="line 3: no translation could meet its constraints"):
+        translator.translate(["", "a", "b"], decode=once, constraints=[[], [], both])
+    request = Request(["", "zwei", "b"], once, constraints=[[], ["two"], both])
+    results = translator.run(translator.prepare(request))
+    assert [r.failure is None for r in results] == [True, True, False]
+    assert results[2].text == "" and results[2].failure.startswith("no translation could meet")
+    alone = translator.translate(["zwei"], decode=once, constraints=[["two"]])
+    assert results[1].text == alone[0]
     with pytest.raises(NMTError, match="constraints must be one list of phrases per text"):
         check(texts, [["birds"]])
     with pytest.raises(NMTError, match="text 1: constraints must be a list of phrases"):
@@ -520,8 +548,10 @@ def test_more_banks_than_beam_places_is_a_warning_naming_the_text(translator, ca
         out = translator.translate(texts, constraints=constraints)
     assert starts_word(out[0], "seven hundred old birds") and starts_word(out[1], "birds")
     warned = [r.getMessage() for r in caplog.records if "banks of constraint" in r.getMessage()]
-    assert len(warned) == 1 and warned[0].startswith(f"line 1 ({pieces + 1} banks): more banks")
-    assert "line 2" not in warned[0]
+    assert len(warned) == 1 and warned[0].startswith(f"line 1: {pieces + 1} banks of constraint")
+    # the text's translation carries it, for a server's answer; the other's has none
+    full = translator.translate_full(texts, constraints=constraints)
+    assert full[0].warnings == [warned[0].removeprefix("line 1: ")] and full[1].warnings == []
     caplog.clear()
     wide = replace(translator.decode, beam_size=pieces + 1, n_best=1)
     translator.translate(texts, decode=wide, constraints=constraints)

@@ -548,14 +548,14 @@ def test_the_cost_counts_what_banned_phrases_and_constraints_add_to_each_step(ck
     text's constraints add to its own cost."""
     texts = ["Ich sehe einundzwanzig rote Äpfel.", "Er zählt zwölf Katzen."]
     translator = Translator.from_checkpoint(ckpt, BEAM, device="cpu")
-    plain, plain_costs = check_request(translator, Request(texts, BEAM), 10**9)
+    plain, plain_costs = check_request(translator, Request(texts, BEAM), 10**9, 0)
     banned = [
         "the " * 3 + w for w in ["apples", "cats", "red", "see", "counts", "twelve", "six", "eight"]
     ]
-    _, banned_costs = check_request(translator, Request(texts, BEAM, banned=banned), 10**9)
+    _, banned_costs = check_request(translator, Request(texts, BEAM, banned=banned), 10**9, 0)
     assert all(b > p for b, p in zip(banned_costs, plain_costs))
     _, constrained = check_request(translator, Request(texts, BEAM, constraints=[["cats"], []]),
-                                   10**9)  # fmt: skip
+                                   10**9, 0)  # fmt: skip
     assert constrained[0] > plain_costs[0] and constrained[1] == plain_costs[1]
     limit = sum(plain_costs)
     with TestClient(load_app(serve_config(ckpt, max_chars=10**5, max_request_cost=limit))) as c:

@@ -182,14 +182,19 @@ def test_the_prompt_refuses_constraints_tsv_before_loading(tmp_path, monkeypatch
 
 
 @pytest.mark.parametrize(
-    "bad, message",
+    "bad, message, repeats",
     [
-        ("\t日本", "line 4: the constraint '日本' needs pieces the target vocabulary lacks"),
-        ("\t" + "seven " * 200, r"line 4: the constraints need \d+ pieces"),
+        ("\t日本", "line 4: the constraint '日本' needs pieces the target vocabulary lacks", 0),
+        ("\t" + "seven " * 200, r"line 4: the constraints need \d+ pieces", 0),
+        (
+            "\tseven seven",
+            r"line 4: the constraint 'seven seven' has 'seven' \(1 pieces\) twice",
+            1,
+        ),
     ],
 )
 def test_an_unmeetable_line_is_named_and_nothing_is_written(
-    ckpt, translator, sources, bad, message, tmp_path, monkeypatch, capsys
+    ckpt, translator, sources, bad, message, repeats, tmp_path, monkeypatch, capsys
 ):
     """From a file, every line is checked first: no output file at all, though the bad line is
     in the second chunk. From a pipe the chunk with the bad line is checked before it is
@@ -198,6 +203,7 @@ def test_an_unmeetable_line_is_named_and_nothing_is_written(
     monkeypatch.setattr("nmt.cli.translate.CHUNK_LINES", 2)
     out = tmp_path / "out"
     args = [f"ckpt={ckpt}", "device=cpu", "constraints_tsv=true", f"output={out}"]
+    args.append(f"decode.no_repeat_ngram={repeats}")  # 1: "seven seven" repeats its one piece
     assert cli.translate([*args, f"input={write(tmp_path / 'in', lines)}"]) == cli.EXIT_USAGE
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "(nothing was translated)" in err
@@ -208,8 +214,35 @@ def test_an_unmeetable_line_is_named_and_nothing_is_written(
     assert cli.translate(args) == cli.EXIT_USAGE
     assert re.search(f"error: {message}", capsys.readouterr().err)
     written = out.read_text(encoding="utf-8").splitlines()
-    want = translator.translate([sources[0], sources[1], ""], constraints=[["birds"], [], []])
+    once = replace(translator.decode, no_repeat_ngram=repeats)
+    want = translator.translate(
+        [sources[0], sources[1], ""], decode=once, constraints=[["birds"], [], []]
+    )
     assert written == want[: len(written)]
+
+
+@pytest.mark.parametrize("job", [False, True])
+def test_a_line_the_search_cannot_translate_is_blank_and_named_and_the_rest_is_translated(
+    ckpt, translator, sources, job, tmp_path, capsys
+):
+    """Two constraints that each need "seven", under no_repeat_ngram=1: no check before the
+    search can tell (neither repeats a piece alone), the search finds no translation. That line
+    is blank in the output and named on stderr; the others are the library's, and a file job
+    (input=FILE output=FILE) finishes, leaving no parts behind."""
+    lines = [f"{sources[0]}\tbirds", f"{sources[1]}\tseven hundred\tseven thousand", sources[2]]
+    src, out = write(tmp_path / "in", lines), tmp_path / "out"
+    args = [f"ckpt={ckpt}", "device=cpu", "constraints_tsv=true", "decode.no_repeat_ngram=1"]
+    if job:
+        assert cli.translate([*args, f"input={src}", f"output={out}"]) == 0
+    else:
+        assert cli.translate([*args, f"input={src}"]) == 0
+    printed = capsys.readouterr()
+    written = out.read_text(encoding="utf-8") if job else printed.out
+    once = replace(translator.decode, no_repeat_ngram=1)
+    want = translator.translate([sources[0], sources[2]], decode=once, constraints=[["birds"], []])
+    assert written.splitlines() == [want[0], "", want[1]]
+    assert "line 2 is not translated (a blank line in the output): no translation" in printed.err
+    assert not (tmp_path / "out.parts").exists()
 
 
 def test_a_prefix_file_is_checked_before_anything_is_written(ckpt, sources, tmp_path, capsys):

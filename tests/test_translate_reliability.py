@@ -73,7 +73,7 @@ def test_an_overlong_line_is_cut_with_one_warning_and_keeps_its_place(ckpt, long
     assert out[1] and "\n" not in out[1]
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1, warnings
-    assert "line 2 " in warnings[0] and f"({len(long_line)} characters)" in warnings[0]
+    assert "line 2: " in warnings[0] and f"({len(long_line)} characters)" in warnings[0]
     assert "max_src_pieces=1024" in warnings[0]
     assert seconds < 60, seconds  # uncapped: minutes, and gigabytes for the attention
 
@@ -86,7 +86,7 @@ def test_nmt_translate_and_nmt_evaluate_honour_the_cap(gru_ckpt, tmp_path, capsy
     out = tmp_path / "out.en"
     assert cli.translate([f"ckpt={gru_ckpt}", f"input={src}", f"output={out}", "device=cpu"]) == 0
     assert len(out.read_text(encoding="utf-8").splitlines()) == 3
-    assert "line 2 " in capsys.readouterr().err
+    assert "line 2: " in capsys.readouterr().err
     ref = tmp_path / "ref.en"
     ref.write_text("a\nb\nc\n", encoding="utf-8")
     args = [f"ckpt={gru_ckpt}", f"src_file={src}", f"ref_file={ref}", f"out_dir={tmp_path}"]

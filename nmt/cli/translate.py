@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import io
 import itertools
+import logging
 import os
 import queue
 import sys
@@ -39,7 +40,9 @@ from nmt.translation.phrases import constraint_ids
 from nmt.translation.request import Request
 from nmt.translation.rerank import Reranker
 from nmt.translation.search.tree import BeamTree
-from nmt.translation.translator import Translation, Translator
+from nmt.translation.translator import Translation, Translator, raise_failure
+
+log = logging.getLogger(__name__)
 
 CHUNK_LINES = 1000  # batch mode translates at most this many lines at a time
 
@@ -97,12 +100,21 @@ def translate_lines(
     reranker: Reranker | None = None,
 ) -> list[str]:
     """The output lines of some input lines (numbered from `first`), as `translate_stream`
-    writes them: one per line, or with nbest_tsv one row per hypothesis."""
+    writes them: one per line, or with nbest_tsv one row per hypothesis. A line the search
+    finds no translation for (constraints it cannot meet with the step rules in force) is a
+    blank line, with a warning that names it: the other lines are translated as they would be
+    without it, and a file job finishes."""
     request = line_request(lines, decode, first, fmt.prefix_tsv, fmt.constraints_tsv, fmt.tgt_lang)
     if reranker is not None:
-        ranked = [c.ranked(reranker.weights) for c in reranker.candidates(request)]
+        found = reranker.candidates(request)
+        ranked = [c.ranked(reranker.weights) for c in found]
     else:
-        ranked = [t.nbest for t in translator.run(translator.prepare(request))]
+        found = translator.run(translator.prepare(request))
+        ranked = [t.nbest for t in found]
+    for n, result in enumerate(found, first):
+        if result.failure is not None:
+            log.warning("line %d is not translated (a blank line in the output): %s", n,
+                        result.failure)  # fmt: skip
     if not fmt.nbest_tsv:
         return [nbest[0][0] for nbest in ranked]
     return [
@@ -358,7 +370,7 @@ def repl(translator: Translator, cfg: TranslateRunConfig) -> None:
                 [line], decode, [prefix], avoid, [include], cfg.tgt_lang, attention=True,
                 tree=tree, first_line=typed,
             )  # fmt: skip
-            result = translator.run(translator.prepare(request))[0]
+            result = raise_failure(translator.run(translator.prepare(request)), request)[0]
         except KeyboardInterrupt:
             # search keeps nothing between calls, so an interrupted one leaves no state behind
             print("(translation cancelled)", file=sys.stderr)

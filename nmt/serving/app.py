@@ -51,6 +51,7 @@ from nmt.serving.protocol import (
     check_request,
     describe_model,
     light,
+    map_size,
     parse_request,
     read_body,
     target_tag,
@@ -72,21 +73,31 @@ class Item:
     request: Prepared  # its request: the settings and banned ids it shares with its batch
 
 
-def decode_batch(translator: Translator, items: list[Item]) -> list[bytes]:
+@dataclasses.dataclass(frozen=True)
+class Failed:
+    """A text the search found no translation for (`Translation.failure`): its request alone is
+    answered 422, naming it by its own number."""
+
+    reason: str
+
+
+def decode_batch(translator: Translator, items: list[Item]) -> list[bytes | Failed]:
     """The batcher's work, in its worker thread: the texts of requests with the same key
-    (`batch_key`: the same settings and banned phrases; each text carries its own prefix,
-    constraints and target tag), searched together. Each result is its translation's JSON,
-    written here rather than on the event loop (a tree or attention maps can make megabytes,
-    which would hold every other request while they are written)."""
+    (`batch_key`: the same settings, banned phrases and what they return; each text carries its
+    own prefix, constraints and target tag), searched together. Each result is its translation's
+    JSON, written here rather than on the event loop (a tree or attention maps can make
+    megabytes, which would hold every other request while they are written), or `Failed` for a
+    text with none: the search of the others does not depend on it."""
     first = items[0].request
     batch = Prepared(
-        [item.text for item in items], first.settings, first.banned,
-        attention=any(item.request.attention for item in items),
-        tree=any(item.request.tree for item in items), noun="text",
+        [item.text for item in items], first.settings, first.banned, attention=first.attention,
+        tree=first.tree, noun="text",
     )  # fmt: skip
     results = translator.run(batch)
     return [
-        _json(
+        Failed(t.failure)
+        if t.failure is not None
+        else _json(
             translation_json(
                 t, item.request.attention, item.request.tree, list(item.text.segment.constraints)
             )
@@ -130,10 +141,12 @@ def _json(content: object) -> bytes:
 def batch_key(prepared: Prepared, job_id: int) -> tuple:
     """Requests with equal keys are decoded together: those with the same settings and banned
     phrases (`Prepared.key`), whatever their texts, prefixes, constraints and target languages
-    (each rides in its own text's ids). Sampling draws depend on the batch, so a sampling request
-    is never mixed with others: then `seed` gives the same draws every time."""
+    (each rides in its own text's ids), and that ask for the same extras (attention maps, search
+    trees: a request that asks for none never pays for another's). Sampling draws depend on the
+    batch, so a sampling request is never mixed with others: then `seed` gives the same draws
+    every time."""
     sample = prepared.settings.strategy == Strategy.sample
-    return prepared.key, job_id if sample else None
+    return prepared.key, prepared.attention, prepared.tree, job_id if sample else None
 
 
 def create_app(translator: Translator, cfg: ServeRunConfig, info: dict) -> Starlette:
@@ -151,6 +164,7 @@ def create_app(translator: Translator, cfg: ServeRunConfig, info: dict) -> Starl
     names = ("max_chars", "max_texts", "max_beam", "max_request_cost", "max_batch", "batch_cost")
     limits = {k: getattr(cfg, k) for k in (*names, "max_queue", "batch_wait_ms")}
     info = {**info, "limits": limits}
+    maps = map_size(translator)  # what a request's attention maps cost grows with
 
     async def translate(request: Request) -> Response:
         asked = parse_request(await read_body(request, body_limit), cfg)
@@ -159,7 +173,7 @@ def create_app(translator: Translator, cfg: ServeRunConfig, info: dict) -> Starl
         # A light request is checked on it: the hand-over to a thread would cost more than its
         # check. A prefix the model cannot take, or a request over max_request_cost, fails here:
         # a bad request never fails the batch it would have joined
-        check = (translator, asked, cfg.max_request_cost)
+        check = (translator, asked, cfg.max_request_cost, maps)
         if light(asked):
             prepared, costs = check_request(*check)
         else:
@@ -172,6 +186,9 @@ def create_app(translator: Translator, cfg: ServeRunConfig, info: dict) -> Starl
             return JSONResponse({"error": str(full)}, status_code=503, headers=headers)
         except NMTError as err:
             raise BadRequest(422, str(err)) from None
+        for i, result in enumerate(results):
+            if isinstance(result, Failed):  # this request's own text, by its own number
+                raise BadRequest(422, f"text {prepared.first_line + i}: {result.reason}")
         settings = {**flatten(asked.decode), "banned": asked.banned_phrases}  # as searched
         body = b'{"translations":[' + b",".join(results) + b'],"decode":'
         return Response(body + _json(settings) + b"}", media_type="application/json")

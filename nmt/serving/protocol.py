@@ -17,7 +17,7 @@ from nmt.errors import NMTError
 from nmt.run_config import ServeRunConfig, TrainRunConfig, flatten
 from nmt.tokenizer import clean
 from nmt.translation.request import Prepared, PreparedText, Request
-from nmt.translation.translator import Translation, Translator
+from nmt.translation.translator import WARM_UP_TEXT, Translation, Translator
 
 REQUEST_KEYS = (
     "attention", "banned", "beam_tree", "constraints", "decode", "prefix", "prefixes", "text",
@@ -39,6 +39,9 @@ CONSTRAINED = 0.25
 CONSTRAINT_PIECES = 50
 BANNED_PIECES = 30_000
 BANNED_LENGTHS = 30
+# attention map weights (layers x heads x source pieces, per hypothesis step) that cost as much as
+# one plain hypothesis step to keep, gather and write as JSON (scripts/bench_attention.py)
+MAP_WEIGHTS_PER_STEP = 2000
 DECODE_STRINGS = ("prefix",)
 # the values a request may give: wide enough for any sensible use, narrow enough that no
 # arithmetic in search overflows (beam_size and n_best: 1..max_beam, a setting of the server)
@@ -273,16 +276,33 @@ def search_rows(decode: DecodeConfig) -> int:
             return 1
 
 
-def text_cost(decode: DecodeConfig, src_pieces: int, extras: bool, weight: float = 1.0) -> int:
+def text_cost(
+    decode: DecodeConfig, src_pieces: int, tree: bool, weight: float = 1.0, maps: int = 0
+) -> int:
     """The most work one text's search can take, in hypothesis steps: the hypotheses it carries
     at each step (`search_rows`) times its length limit (`decode.max_len` of its source pieces,
     EOS included; at most decode.max_len_cap), times the `weight` of each of its steps
     (`step_weight`). The search never runs past the length limit, so no setting makes a text
-    cost more: a huge min_len_b only forces it up to the limit. With `extras` (the search tree
-    or the attention maps returned) it counts twice: recording and writing them about doubles a
-    text's time (docs/serve.md)."""
-    steps = search_rows(decode) * decode.max_len(src_pieces) * (2 if extras else 1)
-    return math.ceil(steps * weight)
+    cost more: a huge min_len_b only forces it up to the limit. With `tree` (the search tree
+    returned) a step counts twice: recording and writing it about doubles a text's time. With
+    attention maps returned, `maps` is the model's layers x heads (`map_size`): every hypothesis
+    step keeps maps x source pieces weights, and MAP_WEIGHTS_PER_STEP of them cost one plain
+    step (kept, gathered, written as JSON; scripts/bench_attention.py), so a long source's maps
+    count as what they cost, growing with layers x heads x source x length."""
+    steps = search_rows(decode) * decode.max_len(src_pieces)
+    per_step = weight * (2 if tree else 1) + maps * src_pieces / MAP_WEIGHTS_PER_STEP
+    return math.ceil(steps * per_step)
+
+
+def map_size(translator: Translator) -> int:
+    """Layers x heads of the attention maps the translator returns (0 for a model without
+    attention), read from one short translation: every family, and an ensemble's shown maps,
+    alike."""
+    languages = translator.tags.languages  # a model with several needs one named
+    tgt_lang = languages[0] if languages else None
+    found = translator.translate_full([WARM_UP_TEXT], decode=DecodeConfig(), tgt_lang=tgt_lang)
+    maps = found[0].maps
+    return 0 if maps is None else maps.size(1) * maps.size(2)
 
 
 def step_weight(prepared: Prepared, text: PreparedText) -> float:
@@ -313,7 +333,7 @@ def light(request: Request) -> bool:
 
 
 def check_request(
-    translator: Translator, request: Request, max_cost: int
+    translator: Translator, request: Request, max_cost: int, maps: int
 ) -> tuple[Prepared, list[int]]:
     """The request prepared (`Translator.prepare`: tokenized and checked once) and each text's
     cost (`text_cost`; 0 for a blank text): a target language the model lacks, a prefix it
@@ -322,17 +342,24 @@ def check_request(
     before it (the tag counts toward the length limit, as in the search). Blocking work, up to a
     second for the largest request the limits allow: the server calls it off its event loop."""
     try:
-        prepared = translator.prepare(request)
+        prepared = translator.prepare(request, warn=False)  # they are answered, not logged
     except NMTError as err:
         raise BadRequest(422, str(err)) from None
     prepared.key  # computed here, off the event loop when the request is heavy  # noqa: B018
-    settings, extras = prepared.settings, prepared.tree or prepared.attention
+    settings, per_map = prepared.settings, maps if prepared.attention else 0
     costs = [
-        text_cost(settings, len(text.src), extras, step_weight(prepared, text)) if text.src else 0
+        text_cost(settings, len(text.src), prepared.tree, step_weight(prepared, text), per_map)
+        if text.src
+        else 0
         for text in prepared.texts
     ]
     if sum(costs) > max_cost:
-        extras_note = ", times 2 with beam_tree or attention" if extras else ""
+        extras_note = ", times 2 with beam_tree" if prepared.tree else ""
+        if per_map:
+            extras_note += (
+                f", and with attention {per_map} maps (layers x heads) x source pieces / "
+                f"{MAP_WEIGHTS_PER_STEP} more per step"
+            )
         raise BadRequest(
             413,
             f"this request costs {sum(costs)}, more than max_request_cost={max_cost} (for each "
@@ -380,6 +407,8 @@ def translation_json(
         "score": _number(t.score),
         "nbest": [{"text": text, "score": _number(score)} for text, score in t.nbest],
     }
+    if t.warnings:  # this text's own: a source cut to max_src_pieces, a crowded beam
+        out["warnings"] = t.warnings
     if t.prefix_score is not None:
         out["prefix"] = {"pieces": t.prefix_pieces, "score": _number(t.prefix_score)}
     if constraints:  # where each is met in the best translation, in pieces and in its text

@@ -62,7 +62,8 @@ def validate(
         # the search runs as nmt-evaluate runs it (in decode.precision), so the BLEU logged here
         # is the one nmt-evaluate gives the checkpoint
         hyps = decode_all(model, data.src, cfg.decode, device, lexicon=lexicon, prefixes=prefixes)
-        texts = vocabs.tgt.decode([h[0].tokens for h in hyps])
+        # a sentence the step rules left without a hypothesis scores as an empty translation
+        texts = vocabs.tgt.decode([h[0].tokens if h else [] for h in hyps])
         result["bleu"] = bleu(texts, references)
         if directions and len(directions) > 1:  # each alone, from the same hypotheses
             for name, rows in directions.items():
@@ -96,6 +97,8 @@ def save_alignments(
         nbests = decode_all(model, src, DecodeConfig(), device, attention=True)
     model.train()
     for k, (ids, nbest) in enumerate(zip(src, nbests)):
+        if not nbest:
+            continue
         best = nbest[0]
         if best.attention is None:
             return

@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from nmt.config import DecodeConfig
 from nmt.errors import NMTError
@@ -39,6 +39,7 @@ class Sources:
     ids: list[list[int]]  # each ending in EOS, at most `cap` long
     index: list[int]  # for each entry of `ids`, the position of its text
     total: int  # how many texts were given
+    cut: dict[int, str] = field(default_factory=dict)  # entry of `ids` cut to the cap -> why
 
     def place(self, results: Sequence, blank: Callable[[int], object]) -> list:
         """`results` (one per entry of `ids`) back in text order; `blank(i)` fills text i when it
@@ -53,19 +54,21 @@ def read_sources(
     vocab: Vocab, texts: Sequence[str], cap: int, first_line: int = 1, warn: bool = True
 ) -> Sources:
     """Clean, set blank texts aside, tokenize, cut to `cap` pieces (EOS included; 0 = no cap).
-    A cut text is logged as a warning naming its line (`first_line` numbers the first text),
-    unless `warn` is false (a check before the translation that will warn)."""
+    A cut text is `Sources.cut`, and logged as a warning naming its line (`first_line` numbers
+    the first text), unless `warn` is false (the caller says it where it belongs)."""
     cleaned = [clean(t) for t in texts]
     index = [i for i, text in enumerate(cleaned) if text]
     ids, cut = source_ids(vocab, [cleaned[i] for i in index], cap)
-    for k in cut if warn else []:
+    why = {}
+    for k in cut:
         text = texts[index[k]]
-        log.warning(
-            "line %d has %d words (%d characters), more than decode.max_src_pieces=%d pieces: "
-            "only its first %d pieces are translated",
-            first_line + index[k], len(text.split()), len(text), cap, cap - 1,
-        )  # fmt: skip
-    return Sources(ids, index, len(texts))
+        why[k] = (
+            f"{len(text.split())} words ({len(text)} characters), more than "
+            f"decode.max_src_pieces={cap} pieces: only the first {cap - 1} pieces are translated"
+        )
+        if warn:
+            log.warning("line %d: %s", first_line + index[k], why[k])
+    return Sources(ids, index, len(texts), why)
 
 
 def source_ids(vocab: Vocab, texts: list[str], cap: int) -> tuple[list[list[int]], list[int]]:

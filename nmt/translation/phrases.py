@@ -242,6 +242,24 @@ def jumps(phrase: list[int]) -> list[list[int]]:
     return table
 
 
+def repeated(phrase: list[int], n: int, prefix: list[int]) -> list[int] | None:
+    """The n-gram of a constraint `phrase` that decode.no_repeat_ngram=n keeps it from ever being
+    written after the forced `prefix`, or None: the rule blocks the piece that ends an n-gram's
+    second occurrence ("red red red" with n = 2), unless that piece is forced (the prefix holds
+    the phrase, or ends with its start up to past that occurrence). n = 0: no rule."""
+    if n <= 0 or holds(prefix, phrase):
+        return None
+    seen: set[tuple[int, ...]] = set()
+    for i in range(len(phrase) - n + 1):
+        gram = tuple(phrase[i : i + n])
+        if gram in seen:
+            end = i + n  # the piece the rule blocks is phrase[end - 1]
+            forced = any(prefix[len(prefix) - j :] == phrase[:j] for j in range(end, len(phrase)))
+            return None if forced else list(gram)
+        seen.add(gram)
+    return None
+
+
 def pieces_needed(phrases: list[list[int]], prefix: list[int] | None = None) -> int:
     """Constraint pieces a hypothesis that starts with `prefix` still needs, as the search counts
     them (an upper bound: overlapping phrases may need fewer). A phrase given twice counts once,

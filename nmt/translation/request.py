@@ -46,7 +46,7 @@ from nmt.config import NEED_BEAM, DecodeConfig, Strategy
 from nmt.errors import NMTError
 from nmt.tokenizer import Vocabs
 from nmt.translation.inputs import prefix_ids, read_sources
-from nmt.translation.phrases import banned_forms, constraint_ids, problem
+from nmt.translation.phrases import banned_forms, constraint_ids, problem, repeated
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +121,8 @@ class PreparedText:
     src: list[int]  # ids ending in EOS, the target tag first; [] for a blank text
     prefix: list[int]  # target ids forced at the start of its translation
     constraints: list[list[int]]  # target ids of each constraint, in the segment's order
+    # what its translation's reader should know (a source cut short, a crowded beam), in words
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass
@@ -152,13 +154,14 @@ class Prepared:
 
 def prepare(request: Request, vocabs: Vocabs, tag: list[int], warn: bool = True) -> Prepared:
     """The request in ids (see the module's notes), with `tag`
-    (`nmt.translation.inputs.TargetTags.ids`) put before each source. `warn`: log a warning for each
-    source cut to max_src_pieces (off for a check that comes before the translation, which
-    warns)."""
+    (`nmt.translation.inputs.TargetTags.ids`) put before each source. What a text's reader should
+    know (its source cut to max_src_pieces, more banks of constraint progress than the beam has
+    places) is in its `warnings`; `warn` also logs each, naming the text (off for a check that
+    comes before the translation, which warns, and for a server, which answers them)."""
     settings, segments = request.settings, request.segments
     first, noun = request.first_line, request.noun
     sources = read_sources(
-        vocabs.src, [s.text for s in segments], settings.max_src_pieces, first, warn
+        vocabs.src, [s.text for s in segments], settings.max_src_pieces, first, warn=False
     )
     if tag:
         sources.ids = [tag + ids for ids in sources.ids]
@@ -181,36 +184,43 @@ def prepare(request: Request, vocabs: Vocabs, tag: list[int], warn: bool = True)
                     f"{where}the constraint {phrase!r} contains the banned phrase {word!r}: no "
                     "translation could hold it"
                 )
+            n = settings.no_repeat_ngram
+            gram = repeated(pieces, n, forced[k])
+            if gram is not None:
+                twice = vocabs.tgt.decode([gram])[0]
+                raise NMTError(
+                    f"{where}the constraint {phrase!r} has {twice!r} ({n} pieces) twice, and "
+                    f"decode.no_repeat_ngram={n} blocks a second occurrence: no translation "
+                    "could hold it (lower decode.no_repeat_ngram, or give another constraint)"
+                )
         why = required and problem(required, forced[k], settings.max_len(len(sources.ids[k])))
         if why:
             raise NMTError(where + why)
-        texts[i] = PreparedText(segments[i], sources.ids[k], forced[k], required)
-    _warn_crowded(texts, settings, first, noun)
+        notes = [sources.cut[k]] if k in sources.cut else []
+        notes += _crowded(required, settings.beam_size)
+        texts[i] = PreparedText(segments[i], sources.ids[k], forced[k], required, tuple(notes))
+        for note in notes if warn else []:
+            log.warning("%s%s", where, note)
     banned = [form for spellings in forms for form in spellings]
     return Prepared(texts, settings, banned, request.attention, request.tree, first, noun)
 
 
-def _warn_crowded(texts: list[PreparedText], settings: DecodeConfig, first: int, noun: str):
-    """Warn, naming the texts, where constraints have more banks of progress than the beam has
-    places. Beam search ranks a text's hypotheses in banks by the constraint pieces they hold, 0
-    to all of them (`nmt.translation.search.constraints`), and keeps the best of each bank, highest
-    first: with fewer places than banks, the lowest banks get none at a step where all are full.
-    Every translation still holds every constraint; a search that could have gone through a low bank
-    may find a worse one. Warned rather than refused or widened: the beam is the user's
-    setting, and its cost is what the server bounds."""
-    crowded = []
-    for k, text in enumerate(texts):
-        pieces = sum(len(p) for p in dict.fromkeys(map(tuple, text.constraints)))
-        if text.constraints and pieces + 1 > settings.beam_size:
-            crowded.append((first + k, pieces))
-    if crowded:
-        shown = ", ".join(f"{noun} {n} ({p + 1} banks)" for n, p in crowded[:10])
-        log.warning(
-            "%s%s: more banks of constraint progress than decode.beam_size=%d places in the "
-            "beam, so a bank may go without one: every translation still holds its constraints, "
-            "but a beam of one more than a text's constraint pieces would search them all",
-            shown, " ..." if len(crowded) > 10 else "", settings.beam_size,
-        )  # fmt: skip
+def _crowded(constraints: list[list[int]], beam_size: int) -> list[str]:
+    """A warning when a text's constraints have more banks of constraint progress than the beam
+    has places. Beam search ranks a text's hypotheses in banks by the constraint pieces they
+    hold, 0 to all of them (`nmt.translation.search.constraints`), and keeps the best of each
+    bank, highest first: with fewer places than banks, the lowest banks get none at a step where
+    all are full. Every translation still holds every constraint; a search that could have gone
+    through a low bank may find a worse one. Warned rather than refused or widened: the beam is
+    the user's setting, and its cost is what the server bounds."""
+    pieces = sum(len(p) for p in dict.fromkeys(map(tuple, constraints)))
+    if not constraints or pieces + 1 <= beam_size:
+        return []
+    return [
+        f"{pieces + 1} banks of constraint progress, more than decode.beam_size={beam_size} "
+        "places in the beam, so a bank may go without one: the translation still holds its "
+        f"constraints, but a beam of {pieces + 1} would search them all"
+    ]
 
 
 class _BannedInside:

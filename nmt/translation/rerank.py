@@ -58,6 +58,7 @@ class Candidates:
     source: str
     texts: list[str]  # the main model's n-best list, best first ([""] for a blank source)
     features: list[list[float]]  # (len(texts), 1 + rerank models): see the module's notes
+    failure: str | None = None  # why the main model found no translation (texts: [""])
 
     def scores(self, weights: Sequence[float]) -> list[float]:
         """Each hypothesis's combined score, sum_k weights[k] * features[k]."""
@@ -112,10 +113,15 @@ class Reranker:
         hypothesis, scored by no one (features 0). The main model searches with everything the
         request asks (prefixes, banned phrases, constraints, target language); the rerank models
         score each hypothesis as text given its source, into the request's target language (a
-        rerank model that does not translate into it is an NMTError naming it)."""
+        rerank model that does not translate into it is an NMTError naming it). A text the main
+        model found no translation for has its `failure` and one blank hypothesis, scored as a blank
+        text is."""
         check_rerank_nbest(request.settings)
         found = self.translator.run(self.translator.prepare(request))
-        blank = [not clean(segment.text) for segment in request.segments]
+        blank = [
+            not clean(segment.text) or r.failure is not None
+            for segment, r in zip(request.segments, found)
+        ]
         features = [[[_finite(score)] for _, score in r.nbest] for r in found]
         # scores are fp32 or bf16 (an int8 main search is a setting of the search alone)
         precision = request.settings.precision
@@ -149,6 +155,7 @@ class Reranker:
                 source=r.source,
                 texts=[text for text, _ in r.nbest],
                 features=[[0.0] * (1 + len(self.rerankers))] if skip else rows,
+                failure=r.failure,
             )
             for r, skip, rows in zip(found, blank, features)
         ]
@@ -169,7 +176,11 @@ class Reranker:
             texts, decode or self.translator.decode, prefixes, banned, constraints, tgt_lang,
             first_line=first_line,
         )  # fmt: skip
-        return [c.texts[c.best(self.weights)] for c in self.candidates(request)]
+        chosen = self.candidates(request)
+        for i, c in enumerate(chosen):
+            if c.failure is not None:
+                raise NMTError(f"{request.noun} {request.first_line + i}: {c.failure}")
+        return [c.texts[c.best(self.weights)] for c in chosen]
 
 
 def _finite(score: float) -> float:

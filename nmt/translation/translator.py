@@ -70,7 +70,7 @@ from nmt.translation.inputs import TargetTags
 from nmt.translation.phrases import spans
 from nmt.translation.request import Prepared, PreparedText, Request, prepare
 from nmt.translation.scoring import Scored, read_pairs, score_ids
-from nmt.translation.search import Decoded, SearchJob, Unmet, search_all
+from nmt.translation.search import Decoded, SearchJob, search_all
 from nmt.translation.search.tree import BeamTree
 
 log = logging.getLogger(__name__)
@@ -95,6 +95,8 @@ class Translation:
     # with constraints: where each of the text's constraints is met in the best hypothesis, as
     # (start, end) indices of `tgt_pieces`, in the order the constraints were given
     constraint_spans: list[tuple[int, int]] = field(default_factory=list)
+    failure: str | None = None  # why the search found no translation (None: it found one)
+    warnings: list[str] = field(default_factory=list)  # what its reader should know (`Prepared`)
 
     def attention(self, layer: int | None = -1, head: int | None = None) -> Tensor | None:
         """(len(tgt_pieces), len(src_pieces)): one layer's map (None: the mean of the layers),
@@ -102,8 +104,17 @@ class Translation:
         return None if self.maps is None else select_map(self.maps, layer, head)
 
 
-def _blank(source: str) -> Translation:
-    return Translation(source, "", [], [], None, 0.0, [("", 0.0)])
+def _blank(source: str, failure: str | None = None) -> Translation:
+    return Translation(source, "", [], [], None, 0.0, [("", 0.0)], failure=failure)
+
+
+def raise_failure(translations: list[Translation], request: Request) -> list[Translation]:
+    """`translations` when every text has one; else an NMTError naming the first that has none
+    (its `noun` and number in the request, and why)."""
+    for i, t in enumerate(translations):
+        if t.failure is not None:
+            raise NMTError(f"{request.noun} {request.first_line + i}: {t.failure}")
+    return translations
 
 
 class Translator:
@@ -222,15 +233,20 @@ class Translator:
     def prepare(self, request: Request, warn: bool = True) -> Prepared:
         """The request tokenized and checked against this model (`nmt.translation.request.prepare`):
         an NMTError names what cannot be translated (its settings here, a target language the model
-        lacks, a prefix or constraints of a text) before anything is searched. `warn`: log the
-        sources cut to decode.max_src_pieces (off for a check ahead of the translation)."""
+        lacks, a prefix or constraints of a text) before anything is searched. `warn`: log each
+        text's warnings (a source cut to decode.max_src_pieces, a crowded beam), which its
+        translation carries either way (off for a check ahead of the translation)."""
         self.check(request.settings)
         return prepare(request, self.vocabs, self.tags.ids(request.tgt_lang), warn)
 
     def run(self, prepared: Prepared) -> list[Translation]:
         """The translations of a prepared request, one per text, in order (a blank text's is
         blank): each with its n-best list, and its attention maps and search tree when the
-        request asked for them."""
+        request asked for them. A text the search found no translation for (its constraints
+        could not be met, the step rules blocked every piece) has a blank one whose `failure`
+        says why; the other texts' are what they would be without it. `translate` and
+        `translate_full` raise the first failure (`raise_failure`); a server answers each
+        request's own."""
         live = [text for text in prepared.texts if text.src]
         job = SearchJob(
             [text.src for text in live], prepared.settings,
@@ -239,24 +255,20 @@ class Translator:
             constraints=[t.constraints for t in live] if any(t.constraints for t in live) else None,
             attention=prepared.attention, trees=prepared.tree,
         )  # fmt: skip
-        try:
-            searched = search_all(self.model, job, self.device, self.lexicon)
-        except Unmet as err:  # name the text rather than its place among the non-blank ones
-            number = prepared.first_line + prepared.texts.index(live[err.source])
-            raise NMTError(
-                f"{prepared.noun} {number}: no translation could meet its constraints within the "
-                "length limit (a banned phrase or decode.no_repeat_ngram blocks a piece they need)"
-            ) from err
+        searched = search_all(self.model, job, self.device, self.lexicon)
         flat = [h.tokens for done in searched for h in done.nbest]
         # byte pieces could decode to a newline: clean() keeps every text on one line
         decoded = iter([clean(t) for t in self.vocabs.tgt.decode(flat)] if flat else [])
         done = iter(searched)
-        return [
-            _translation(text, next(done), decoded, self.vocabs, prepared.attention)
-            if text.src
-            else _blank(text.segment.text)
-            for text in prepared.texts
-        ]
+        out = []
+        for text in prepared.texts:
+            result = next(done) if text.src else None
+            if result is None or result.failure is not None:
+                out.append(_blank(text.segment.text, result and result.failure))
+            else:
+                out.append(_translation(text, result, decoded, self.vocabs, prepared.attention))
+            out[-1].warnings = list(text.warnings)
+        return out
 
     def translate(
         self,
@@ -274,7 +286,7 @@ class Translator:
             texts, decode or self.decode, prefixes, banned, constraints, tgt_lang,
             first_line=first_line,
         )  # fmt: skip
-        return [t.text for t in self.run(self.prepare(request))]
+        return [t.text for t in raise_failure(self.run(self.prepare(request)), request)]
 
     def translate_full(
         self,
@@ -304,7 +316,7 @@ class Translator:
             texts, decode or self.decode, prefixes, banned, constraints, tgt_lang, attention,
             tree, first_line,
         )  # fmt: skip
-        return self.run(self.prepare(request))
+        return raise_failure(self.run(self.prepare(request)), request)
 
     def score(
         self,

@@ -46,7 +46,7 @@ A forced prefix's pieces count toward them. Greedy and sampling refuse them.
 
 from nmt.translation.search.batch import SearchBatch
 from nmt.translation.search.beam import beam_search
-from nmt.translation.search.constraints import Constraints, Unmet
+from nmt.translation.search.constraints import Constraints
 from nmt.translation.search.driver import decode_all, search_all
 from nmt.translation.search.job import SearchJob
 from nmt.translation.search.rules import NEG_INF, Banned, StepRules
@@ -62,7 +62,6 @@ __all__ = [
     "SearchBatch",
     "SearchJob",
     "StepRules",
-    "Unmet",
     "beam_search",
     "decode_all",
     "greedy",

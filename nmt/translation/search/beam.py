@@ -48,7 +48,7 @@ def beam_search(model: Seq2Seq, batch: SearchBatch) -> list[list[Hypothesis]]:
     sentence = torch.arange(size, device=device)  # (N,) original index of each live sentence
     scores = torch.zeros((size, 1), device=device)  # (N, W): W rows per sentence, 1 then K
     history = torch.zeros((size, 0), dtype=torch.long, device=device)  # (R, t)
-    maps: Tensor | None = None  # (R, t, L, h, S)
+    maps = _Maps() if batch.attention else None  # every step's maps, by back-pointers
     prev = torch.full((size,), BOS, dtype=torch.long, device=device)
     finished = _Finished(batch)
     allowed: Tensor | None = None  # (R, C): the shortlist's pieces each row may produce
@@ -65,6 +65,7 @@ def beam_search(model: Seq2Seq, batch: SearchBatch) -> list[list[Hypothesis]]:
             allowed = shortlist.allowed[row_sentence]  # (R, C)
         step = Step(t, row_sentence, history, batch.rules.forced(t, row_sentence), allowed)
         log_probs, weights, state = next_log_probs(model, prev, state, batch, step)
+        here = None if maps is None or weights is None else maps.add(weights)  # (R,)
         forced = step.forced
         vocab = log_probs.size(1)
         if vocab <= k:  # the K continuations below need K tokens other than EOS
@@ -103,9 +104,8 @@ def beam_search(model: Seq2Seq, batch: SearchBatch) -> list[list[Hypothesis]]:
                 )
             seqs = torch.cat([history[ended_rows], ended_tokens.unsqueeze(1)], dim=1)
             attn = None
-            if batch.attention and weights is not None:
-                last = weights.float()[ended_rows].unsqueeze(1)  # (F, 1, L, h, S)
-                attn = last if maps is None else torch.cat([maps[ended_rows], last], dim=1)
+            if here is not None:
+                attn = maps.paths(here, ended_rows)  # (F, t + 1, L, h, S)
             finished.add(sentence[which], seqs, top_scores[which, rank], attn, nodes)
 
         done = at_limit | (n_finished[sentence] >= enough)
@@ -133,15 +133,56 @@ def beam_search(model: Seq2Seq, batch: SearchBatch) -> list[list[Hypothesis]]:
             row_met = None if met is None else met.view(-1)
             recorder.advance(parent, ids, scores.view(-1), t + 1, row_met)
         history = torch.cat([history[parent], prev.unsqueeze(1)], dim=1)
-        if batch.attention and weights is not None:
-            step_maps = weights.float()[parent].unsqueeze(1)
-            maps = step_maps if maps is None else torch.cat([maps[parent], step_maps], dim=1)
+        if here is not None:
+            maps.follow(here, parent)
 
     prefix_of = prefix_scores.tolist()
     for i, hyps in enumerate(finished.lists):
         for hyp in hyps:
             hyp.prefix_score = prefix_of[i]
     return [sorted(hyps, key=lambda h: -h.normalized)[: cfg.n_best] for hyps in finished.lists]
+
+
+class _Maps:
+    """The attention maps of a beam's hypotheses, kept with linear work: each step's maps (R, L,
+    h, S) are written once into one flat buffer, and each live row keeps, per step, the buffer
+    row of its map there (`rows` (R, t), small integers that follow the beam as the token
+    history does). A finished hypothesis's maps are then one gather. Copying every row's whole
+    map history at each step instead costs rows x steps^2 x L x h x S (12x the search itself for
+    beam 16 over a long text)."""
+
+    def __init__(self) -> None:
+        self.buffer: Tensor | None = None  # (capacity, L, h, S), filled up to `used`
+        self.used = 0
+        self.rows: Tensor | None = None  # (R, t): buffer rows of each live row's maps
+
+    def add(self, weights: Tensor) -> Tensor:
+        """Write a step's maps (R, L, h, S), once; the buffer row of each of its rows (R,). The
+        buffer doubles when full, so writing costs each map row a constant on average."""
+        count = weights.size(0)
+        if self.buffer is None or self.used + count > self.buffer.size(0):
+            size = max(2 * (0 if self.buffer is None else self.buffer.size(0)), self.used + count)
+            grown = weights.new_empty((size, *weights.shape[1:]), dtype=torch.float)
+            if self.buffer is not None:
+                grown[: self.used] = self.buffer[: self.used]
+            self.buffer = grown
+        self.buffer[self.used : self.used + count] = weights.float()
+        self.used += count
+        return torch.arange(self.used - count, self.used, device=weights.device)
+
+    def paths(self, here: Tensor, rows: Tensor) -> Tensor:
+        """The maps (F, t + 1, L, h, S) of hypotheses that end at rows `rows` (F,) of this step
+        (`here`: its buffer rows, from `add`)."""
+        path = here[rows].unsqueeze(1)
+        if self.rows is not None:
+            path = torch.cat([self.rows[rows], path], dim=1)
+        assert self.buffer is not None
+        return self.buffer[path]
+
+    def follow(self, here: Tensor, parent: Tensor) -> None:
+        """The next step's rows: row i continues row parent[i] of this step."""
+        step = here[parent].unsqueeze(1)
+        self.rows = step if self.rows is None else torch.cat([self.rows[parent], step], dim=1)
 
 
 class _Finished:

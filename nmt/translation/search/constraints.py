@@ -28,8 +28,8 @@ others in full). Each step:
      them as on the score order (beam.py).
 So a finished hypothesis (EOS, or the length limit) has met every phrase; with the feasibility
 rule some candidate always can (barring a banned phrase or `no_repeat_ngram` that blocks a
-phrase's piece: then the sentence has no hypothesis, and `Unmet` names it). A sentence may get
-fewer than n_best hypotheses: those that could no longer meet the phrases are dropped, and
+phrase's piece: then the sentence has no hypothesis, and its `Decoded.failure` says so). A sentence
+may get fewer than n_best hypotheses: those that could no longer meet the phrases are dropped, and
 when none is left the sentence is done.
 
 A forced prefix's pieces count toward the constraints: the prefix is part of the hypothesis.
@@ -50,14 +50,6 @@ from nmt.errors import NMTError
 from nmt.tokenizer import EOS
 from nmt.translation.phrases import jumps
 from nmt.translation.search.rules import NEG_INF
-
-
-class Unmet(NMTError):
-    """No hypothesis of source `source` met its constraints within its length limit."""
-
-    def __init__(self, source: int, message: str) -> None:
-        super().__init__(message)
-        self.source = source
 
 
 def _padded(table: list[list[int]], size: int) -> list[list[int]]:

@@ -19,11 +19,20 @@ from nmt.models.seq2seq import Seq2Seq
 from nmt.translation.inputs import length_batches
 from nmt.translation.search.batch import SearchBatch
 from nmt.translation.search.beam import beam_search
-from nmt.translation.search.constraints import Unmet
 from nmt.translation.search.job import SearchJob
-from nmt.translation.search.rules import StepRules
+from nmt.translation.search.rules import NEG_INF, StepRules
 from nmt.translation.search.single_path import greedy, sample
 from nmt.translation.search.step import Decoded, Hypothesis
+
+# why a sentence has no hypothesis (`Decoded.failure`)
+UNMET = (
+    "no translation could meet its constraints within the length limit (a banned phrase or "
+    "decode.no_repeat_ngram blocks a piece they need)"
+)
+BLOCKED = (
+    "no translation: the step rules blocked every piece (decode.no_repeat_ngram, the banned "
+    "phrases, decode.min_len_a/b or the shortlist left nothing to write)"
+)
 
 
 def decode_all(
@@ -48,10 +57,12 @@ def search_all(
     order. `lexicon` gives the shortlists of decode.shortlist; the matrix products run in
     decode.precision.
 
-    Constraints need beam search (an NMTError otherwise). Should a sentence end with no
-    hypothesis meeting its constraints (more pieces than its length limit leaves, a banned
-    phrase or decode.no_repeat_ngram blocking a piece they need), `Unmet` names it: a request
-    is checked against the first before it gets here (`nmt.translation.request.prepare`)."""
+    Constraints need beam search (an NMTError otherwise). A sentence that ends with no
+    hypothesis (none met its constraints within its length limit, a banned phrase or
+    decode.no_repeat_ngram blocking a piece they need; or the step rules blocked every piece)
+    gets an empty n-best list and its `failure` says why; the other sentences of its batch are
+    searched as if it were not there. A request is checked against what can be known before the
+    search (`nmt.translation.request.prepare`)."""
     cfg = job.decode
     constraints = job.constraints if job.constraints and any(job.constraints) else None
     if constraints is not None:
@@ -70,11 +81,10 @@ def search_all(
         for index in length_batches([len(ids) for ids in job.sources], cfg.batch_size):
             batch = SearchBatch.build(model, job, index, device, lexicon, rules)
             for i, result in zip(index, _decode(model, batch)):
-                if constraints is not None and not result.nbest:
-                    raise Unmet(
-                        i, f"source {i}: no hypothesis met its constraints within the length "
-                        "limit (a banned phrase or decode.no_repeat_ngram blocks a needed piece)",
-                    )  # fmt: skip
+                # a path every rule blocked (greedy and sampling take a piece at -inf) is none
+                result.nbest = [h for h in result.nbest if h.score > NEG_INF]
+                if not result.nbest:
+                    result.failure = UNMET if constraints and constraints[i] else BLOCKED
                 results[i] = result
     return results
 

@@ -34,10 +34,12 @@ class Hypothesis:
 
 @dataclass
 class Decoded:
-    """One sentence's result: its n-best list, best first, and the search tree if recorded."""
+    """One sentence's result: its n-best list, best first, and the search tree if recorded; a
+    sentence with no hypothesis has an empty list and its `failure` (why, in words)."""
 
     nbest: list[Hypothesis]
     tree: BeamTree | None = None
+    failure: str | None = None
 
 
 def next_log_probs(model: Seq2Seq, prev: Tensor, state, batch: SearchBatch, step: Step):
