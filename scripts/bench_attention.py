@@ -113,10 +113,13 @@ def main() -> None:
             )[0]
         found = translator.translate_full(texts, attention=True, decode=replace(decode))
         steps = hypothesis_steps(found, decode.beam_size)
-        weights = sum(
-            decode.beam_size * max(len(p) for p, _ in t.nbest_maps) * len(t.src_pieces)
-            for t in found
-        ) * layers_heads
+        weights = (
+            sum(
+                decode.beam_size * max(len(p) for p, _ in t.nbest_maps) * len(t.src_pieces)
+                for t in found
+            )
+            * layers_heads
+        )
         per_step = measured[False] / steps
         per_weight = (measured[True] - measured[False]) / weights
         rows.append(
