@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -81,6 +82,20 @@ def broadcast(obj: Any, where: Dist) -> Any:
     box = [obj]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def agree_once(obj: Any, where: Dist) -> Any:
+    """Rank 0's `obj` on every rank, for work that otherwise needs no process group (a file job:
+    its ranks meet once at the start, then share only a directory): a gloo group is made for it
+    when none is up, and stays, idle, for the process's life. Its timeout is long: the ranks
+    check their share of the input before they meet."""
+    if not where.active:
+        return obj
+    if not dist.is_initialized():
+        dist.init_process_group(
+            "gloo", rank=where.rank, world_size=where.world, timeout=timedelta(hours=2)
+        )
+    return broadcast(obj, where)
 
 
 def gather(obj: Any, where: Dist) -> list[Any]:

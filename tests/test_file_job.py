@@ -6,6 +6,7 @@ by name, progress on a terminal and none in a pipe, memory bounded by a chunk.""
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import pty
 import re
@@ -14,6 +15,7 @@ import struct
 import subprocess
 import sys
 import termios
+import threading
 import time
 from pathlib import Path
 
@@ -38,8 +40,47 @@ def upper(lines: list[str], first: int) -> list[str]:
     return [f"{first + i}:{line.upper()}" for i, line in enumerate(lines)]
 
 
-def job(tmp_path: Path, source: Path, rank: int = 0, world: int = 1, **settings) -> FileJob:
-    return FileJob(source, tmp_path / "out.txt", {"model": "m", **settings}, 4, Dist(rank, world))
+def job(tmp_path: Path, source: Path, rank: int = 0, world: int = 1, agree=None, **settings):
+    where = Dist(rank, world)
+    return FileJob(source, tmp_path / "out.txt", {"model": "m", **settings}, 4, where, agree=agree)
+
+
+class Meeting:
+    """What `nmt.distributed.agree_once` does for ranks in one process: each waits for all, and
+    every rank gets rank 0's word."""
+
+    def __init__(self, world: int) -> None:
+        self.barrier = threading.Barrier(world, timeout=60)
+        self.word = None
+
+    def agree(self, rank: int):
+        def agree(word):
+            if rank == 0:
+                self.word = word
+            self.barrier.wait()
+            return self.word
+
+        return agree
+
+
+def run_ranks(tmp_path: Path, source: Path, world: int, translate=None, delays=None, **settings):
+    """Every rank of a `world`-process job at once, each in a thread (rank r after delays[r]
+    seconds); the exceptions they raised, by rank."""
+    meeting, errors = Meeting(world), {}
+
+    def rank(r: int) -> None:
+        time.sleep((delays or {}).get(r, 0))
+        try:
+            job(tmp_path, source, r, world, meeting.agree(r), **settings).run(translate or upper)
+        except BaseException as err:  # noqa: BLE001 - returned to the test
+            errors[r] = err
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(world)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    return errors
 
 
 # --- the job, with a stand-in translation ---------------------------------------------------------
@@ -59,17 +100,97 @@ def test_the_output_is_every_line_in_order_and_the_parts_go(tmp_path):
 
 @pytest.mark.parametrize("world", [2, 3])
 def test_any_number_of_processes_gives_the_same_bytes(tmp_path, world):
-    """Ranks run one after the other here (rank 0 last, as it merges): the chunks fall to them
-    by k % world, and the output is one process's, byte for byte."""
+    """Ranks run at once (threads meeting as torchrun's processes do): the chunks fall to them
+    by k % world, and the output is one process's, byte for byte, the parts gone."""
     source = write(tmp_path / "in.txt", [f"{i} {LINES[i % 5]}" for i in range(23)])
     job(tmp_path, source).run(upper)
     alone = (tmp_path / "out.txt").read_bytes()
     (tmp_path / "out.txt").unlink()
-    for rank in reversed(range(world)):
-        job(tmp_path, source, rank, world).run(upper)
-        if rank:  # a process other than 0 leaves its chunks, and no output
-            assert not (tmp_path / "out.txt").exists()
+    by: dict[int, int] = {}
+
+    def noted(lines, first):
+        by[first] = threading.current_thread().ident
+        return upper(lines, first)
+
+    assert run_ranks(tmp_path, source, world, noted) == {}
     assert (tmp_path / "out.txt").read_bytes() == alone
+    assert not (tmp_path / "out.txt.parts").exists()
+    assert len(set(by.values())) == world  # each rank did its own share
+
+
+def test_a_rank_that_comes_late_finds_the_job_whole_and_makes_no_parts(tmp_path):
+    """Every chunk of rank 1 done before a kill; the same job again with rank 1 late: rank 0
+    waits for it before it removes the parts, so rank 1 never makes them again (and translates
+    nothing twice)."""
+    source = write(tmp_path / "in.txt", [f"line {i}" for i in range(16)])
+    job(tmp_path, source).run(upper)
+    want = (tmp_path / "out.txt").read_bytes()
+    (tmp_path / "out.txt").unlink()
+
+    def only_odd_chunks(lines, first):
+        if (first - 1) // 4 % 2 == 0:
+            raise KeyboardInterrupt  # rank 0 killed at its first chunk
+        return upper(lines, first)
+
+    errors = run_ranks(tmp_path, source, 2, only_odd_chunks)
+    assert isinstance(errors.get(0), KeyboardInterrupt) and 1 not in errors
+    again: list[int] = []
+    errors = run_ranks(
+        tmp_path, source, 2, lambda lines, first: again.append(first) or upper(lines, first),
+        delays={1: 1.0},
+    )  # fmt: skip
+    assert errors == {} and again == [1, 9]  # rank 0's two chunks, nothing of rank 1's
+    assert (tmp_path / "out.txt").read_bytes() == want
+    assert not (tmp_path / "out.txt.parts").exists()
+
+
+def test_chunks_without_their_job_json_are_never_read(tmp_path):
+    """A cleanup cut short after job.json went: the next job (another input) translates
+    everything, whatever chunk files lie there."""
+    source = write(tmp_path / "in.txt", [f"line {i}" for i in range(8)])
+    parts = tmp_path / "out.txt.parts"
+    parts.mkdir()
+    (parts / "chunk-000000000.txt").write_text("stale\n" * 4, encoding="utf-8")
+    (parts / "chunk-000000001.warnings").write_text("line 5: stale\n", encoding="utf-8")
+    seen: list[int] = []
+    job(tmp_path, source).run(lambda lines, first: seen.append(first) or upper(lines, first))
+    assert seen == [1, 5]
+    assert "stale" not in (tmp_path / "out.txt").read_text(encoding="utf-8")
+
+
+def test_a_second_job_on_an_output_being_written_is_refused_by_name(tmp_path):
+    """While a job holds OUTPUT.parts/.lock, the same command is refused, naming the output;
+    the first then ends as if alone. The lock is the process's: gone when it ends."""
+    source = write(tmp_path / "in.txt", [f"line {i}" for i in range(8)])
+    refused = []
+
+    def second_job_meanwhile(lines, first):
+        if first == 1:
+            with pytest.raises(NMTError) as err:
+                job(tmp_path, source).run(upper)
+            refused.append(str(err.value))
+        return upper(lines, first)
+
+    job(tmp_path, source).run(second_job_meanwhile)
+    assert refused and f"another nmt-translate is writing {tmp_path / 'out.txt'}" in refused[0]
+    assert (tmp_path / "out.txt").read_text(encoding="utf-8").count("\n") == 8
+    job(tmp_path, source).run(upper)  # the lock went with the job
+
+
+def test_every_ranks_warnings_are_said_by_rank_0(tmp_path, caplog):
+    """A warning logged while rank 1 translates its chunk is said again by rank 0, which the
+    user watches (ranks other than 0 print none)."""
+    source = write(tmp_path / "in.txt", [f"line {i}" for i in range(8)])
+    warner = logging.getLogger("nmt.test")
+
+    def warns(lines, first):
+        warner.warning("line %d is odd", first)
+        return upper(lines, first)
+
+    with caplog.at_level("WARNING"):
+        assert run_ranks(tmp_path, source, 2, warns) == {}
+    said = [r.getMessage() for r in caplog.records if r.name == "nmt.cli.file_job"]
+    assert said == ["line 5 is odd"]  # rank 1's chunk (lines 5-8); rank 0's own went live
 
 
 def test_a_killed_job_goes_on_from_the_chunks_done(tmp_path, caplog):
@@ -104,16 +225,19 @@ def test_a_chunk_file_is_whole_or_absent(tmp_path, monkeypatch):
     """A kill while a chunk is written leaves its temporary file, never a chunk file."""
     source = write(tmp_path / "in.txt", [f"line {i}" for i in range(8)])
 
-    def killed(*args):
-        raise KeyboardInterrupt
+    real = os.replace
+
+    def killed(src, dst):
+        if Path(dst).name.startswith("chunk-"):
+            raise KeyboardInterrupt
+        real(src, dst)
 
     monkeypatch.setattr(os, "replace", killed)
     with pytest.raises(KeyboardInterrupt):
         job(tmp_path, source).run(upper)
     names = [p.name for p in (tmp_path / "out.txt.parts").iterdir()]
-    assert not [n for n in names if n.startswith("chunk-")] and any(
-        n.startswith(".") for n in names
-    )
+    assert not [n for n in names if n.startswith("chunk-")]
+    assert [n for n in names if n.startswith(".chunk-000000000.txt.")]  # host, pid, random
     monkeypatch.undo()
     job(tmp_path, source).run(upper)
     assert (tmp_path / "out.txt").read_text(encoding="utf-8").count("\n") == 8
