@@ -122,6 +122,9 @@ class LengthPenalty(str, Enum):
     none = "none"  # rank finished hypotheses by log-probability (favours short ones)
     average = "average"  # log-probability / length
     gnmt = "gnmt"  # log-probability / ((5 + length) / 6) ** alpha (Wu et al. 2016)
+    # log-probability / length ** alpha: Hugging Face's and CTranslate2's length_penalty=alpha
+    # (alpha 1 is `average`)
+    power = "power"
 
 
 class EnsembleCombine(str, Enum):
@@ -520,8 +523,12 @@ class DecodeConfig:
     # beam only: a sentence is done once max(n_best, ceil(patience * beam_size)) hypotheses have
     # ended (Kasai et al. 2022, "A Call for Clarity in Beam Search"); 1 = fairseq's rule
     patience: float = 1.0
+    # beam only: false goes on past that while the best live hypothesis, ranked at its current
+    # length, would still rank above the worst of the beam_size best ended ones (Hugging Face's
+    # early_stopping=False, its default, which models imported from it decode with)
+    early_stopping: bool = True
     length_penalty: LengthPenalty = LengthPenalty.none
-    alpha: float = 0.6  # gnmt only
+    alpha: float = 0.6  # gnmt and power only
     min_len_a: float = 0.0  # EOS is blocked before a * source length + b target pieces
     min_len_b: int = 0
     max_len_a: float = 1.5  # target length limit = a * source length + b, capped
@@ -663,6 +670,8 @@ class DecodeConfig:
                 return score / max(length, 1)
             case LengthPenalty.gnmt:
                 return score / ((5 + length) / 6) ** self.alpha
+            case LengthPenalty.power:
+                return score / max(length, 1) ** self.alpha
 
 
 def model_schema(arch: str) -> type[ModelConfig]:

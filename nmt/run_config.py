@@ -294,6 +294,16 @@ def flatten(obj: object, prefix: str = "") -> dict:
     return out
 
 
+# config options a checkpoint directory may carry (nmt-import writes them): the commands take them
+# from the checkpoint they are given when their command line names none of that group
+# (nmt.cli.compose): nmt-train the model of train.init_from, the decoding commands the decode
+# settings of ckpt (an imported model's authors')
+CHECKPOINT_OPTIONS = {
+    "model": Path("model") / "imported.yaml",
+    "decode": Path("decode") / "imported.yaml",
+}
+
+
 def load_run_config(path: Path) -> TrainRunConfig:
     """Rebuild a typed training config from the ``config.yaml`` stored in a run or checkpoint."""
     raw = OmegaConf.load(path)
@@ -355,7 +365,8 @@ class ServeRunConfig(CheckpointsConfig):
     # most work in one request, in hypothesis steps: for each text, the hypotheses searched at
     # each step (beam_size; n_best draws for sample; 1 for greedy) times its length limit
     # (decode.max_len_a * source pieces + decode.max_len_b, at most max_len_cap), twice with the
-    # search tree or the attention maps; HTTP 413 above
+    # search tree, and with the attention maps layers x heads x source pieces / 1500 more per
+    # step (nmt.serving.protocol.text_cost); HTTP 413 above
     max_request_cost: int = 100_000
     # a batch is decoded once no request has joined it for this long (at most 10x this long
     # after the worker became free), or when it is full; 0 = no batching
@@ -365,6 +376,11 @@ class ServeRunConfig(CheckpointsConfig):
     # pieces, and the other requests' batches take turns with them
     batch_cost: int = 16_384
     max_queue: int = 512  # most sentences waiting for a decode; above, HTTP 503 with Retry-After
+    # most work waiting for a decode, counted as max_request_cost counts it; above, HTTP 503
+    max_queue_cost: int = 1_000_000
+    # the share of max_queue_cost one client (the address its connection comes from; behind a
+    # proxy, the proxy's) may have waiting: no client fills the queue ahead of the others
+    client_share: float = 0.5
     # torch threads that decode on a CPU; 0 = one fewer than the CPU cores (at least 1): the event
     # loop that reads requests and writes answers keeps a core of its own
     threads: int = 0
@@ -383,6 +399,14 @@ class ServeRunConfig(CheckpointsConfig):
             raise NMTError(f"batch_wait_ms={self.batch_wait_ms} must be >= 0")
         if self.threads < 0:
             raise NMTError(f"threads={self.threads} must be >= 0 (0 = one fewer than the cores)")
+        if not 0 < self.client_share <= 1:
+            raise NMTError(f"client_share={self.client_share} must be in (0, 1]")
+        if self.client_share * self.max_queue_cost < self.max_request_cost:
+            raise NMTError(
+                f"client_share * max_queue_cost = {self.client_share * self.max_queue_cost:g} "
+                f"must be >= max_request_cost={self.max_request_cost}: a request of the most "
+                "cost must fit in an empty queue"
+            )
         if self.max_queue < self.max_texts:
             raise NMTError(
                 f"max_queue={self.max_queue} must be >= max_texts={self.max_texts}: "

@@ -6,17 +6,20 @@ them, printed as JSON.
         [--repeats 3]
 
 `long_text`: the first `--sentences` sources joined into one text, searched with beam
-`--beam` (decode.max_len_b raised so that it may end) with and without its attention maps
-(`Translator.translate_full(..., attention=)`): `maps_s`, `plain_s` and their ratio.
+`--beam` with and without its attention maps (`Translator.translate_full(..., attention=)`):
+`maps_s`, `plain_s` and their ratio. The end is blocked until the translation is as long as the
+source (decode.min_len_a=1), so that every hypothesis runs hundreds of steps, as a model that
+translates the whole paragraph does (one trained on sentences stops after a few).
 
 `requests`: what the server does for one request of 8 texts (the first sources of 12 words or
 more) at beam 5, with `attention: true` or not: the search and the answer's JSON, as nmt-serve's
 worker runs them (`nmt.serving.app.decode_batch`), for texts of 1, 4 and 16 sentences. Each row
-gives the seconds, the hypothesis steps the search ran (`hypothesis_steps`: beam x steps, what the
-cost model counts a plain text by) and the map weights it kept (`map_weights`: hypothesis steps x
-layers x heads x source pieces); `map_weights_per_step` is what the extra time of the maps makes
-of one plain hypothesis step, the constant `nmt.serving.protocol.MAP_WEIGHTS_PER_STEP` stands
-for (the cost model holds where that constant is at most the measured one). Medians of
+gives the seconds, the request's cost without maps (`plain_cost`, `text_cost`: beam x length
+limit per text) and the map weights the cost model counts (`map_weights`: beam x length limit x
+layers x heads x source pieces per text); `map_weights_per_step` is how many of those weights
+cost, in measured time, what one unit of plain cost does: the constant
+`nmt.serving.protocol.MAP_WEIGHTS_PER_STEP` stands for (the cost model holds where that constant
+is at most the measured one: maps are never counted as cheaper than they are). Medians of
 `--repeats` runs, one torch thread; nothing else should run.
 """
 
@@ -26,7 +29,6 @@ import argparse
 import json
 import statistics
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -35,7 +37,7 @@ from nmt.config import DecodeConfig, LengthPenalty, Strategy
 from nmt.data.splits import read_lines
 from nmt.device import describe
 from nmt.serving.app import Item, decode_batch
-from nmt.serving.protocol import MAP_WEIGHTS_PER_STEP, map_size
+from nmt.serving.protocol import MAP_WEIGHTS_PER_STEP, map_size, text_cost
 from nmt.translation.request import Request
 from nmt.translation.translator import Translator
 
@@ -47,11 +49,6 @@ def median_seconds(work, repeats: int) -> tuple[float, object]:
         out = work()
         times.append(time.perf_counter() - start)
     return statistics.median(times), out
-
-
-def hypothesis_steps(translations, beam: int) -> int:
-    """Beam x the steps each text's search ran (its longest hypothesis, EOS included)."""
-    return sum(beam * max(len(p) for p, _ in t.nbest_maps) for t in translations)
 
 
 def main() -> None:
@@ -77,7 +74,7 @@ def main() -> None:
     text = " ".join(sources[: args.sentences])
     beam = DecodeConfig(
         strategy=Strategy.beam, beam_size=args.beam, n_best=args.beam, max_len_a=1.5,
-        max_len_b=10, max_len_cap=1024, length_penalty=LengthPenalty.average,
+        max_len_b=10, max_len_cap=1024, min_len_a=1.0, length_penalty=LengthPenalty.average,
     )  # fmt: skip
     translator.translate_full([text], attention=False, decode=beam)  # warm-up
     plain, _ = median_seconds(
@@ -111,25 +108,20 @@ def main() -> None:
             measured[attention] = median_seconds(
                 lambda items=items: decode_batch(translator, items), args.repeats
             )[0]
-        found = translator.translate_full(texts, attention=True, decode=replace(decode))
-        steps = hypothesis_steps(found, decode.beam_size)
-        weights = (
-            sum(
-                decode.beam_size * max(len(p) for p, _ in t.nbest_maps) * len(t.src_pieces)
-                for t in found
-            )
-            * layers_heads
-        )
-        per_step = measured[False] / steps
-        per_weight = (measured[True] - measured[False]) / weights
+        pieces = [len(text.src) for text in translator.prepare(Request(texts, decode)).texts]
+        plain_cost = sum(text_cost(decode, n, False) for n in pieces)
+        weights = sum(text_cost(decode, n, False) * n for n in pieces) * layers_heads
+        extra = measured[True] / measured[False] - 1  # the maps' time, in plain requests
         rows.append(
             {
                 "sentences_per_text": joined,
                 "plain_s": round(measured[False], 3),
                 "maps_s": round(measured[True], 3),
-                "hypothesis_steps": steps,
+                "plain_cost": plain_cost,
                 "map_weights": weights,
-                "map_weights_per_step": round(per_step / per_weight) if per_weight > 0 else None,
+                "map_weights_per_step": round(weights / (extra * plain_cost))
+                if extra > 0
+                else None,
             }
         )
     report["requests"] = rows

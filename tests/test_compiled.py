@@ -147,6 +147,14 @@ def test_warm_up_compiles_what_the_first_requests_need(train_small, demo_dir):
     assert compiled.translate(texts[:1], decode=replace(greedy, compile=True)) == eager.translate(
         texts[:1], decode=greedy
     )
+    # a text the tokenizer turns into no piece (control characters), and one of one piece
+    odd = ["\x01\x02", "a"]
+    assert [len(ids) for ids in eager.vocabs.src.encode(odd)] == [0, 1]
+    for text in odd:
+        assert compiled.translate([text]) == eager.translate([text])
+        assert compiled.translate([text], decode=replace(greedy, compile=True)) == eager.translate(
+            [text], decode=greedy
+        )
     assert graphs() == made
 
 

@@ -213,6 +213,7 @@ def test_the_manifest_describes_the_graphs(checkpoints, tmp_path):
 GREEDY = DecodeConfig()
 BEAM = DecodeConfig(strategy=Strategy.beam, beam_size=5)
 BEAM_AVERAGE = replace(BEAM, length_penalty=LengthPenalty.average, n_best=3)
+BEAM_POWER = replace(BEAM, length_penalty=LengthPenalty.power, alpha=0.6, n_best=3)
 
 
 @pytest.mark.parametrize("case", ["transformer-pre", "transformer-post-learned-gelu"])
@@ -234,7 +235,7 @@ def test_ctranslate2_gives_our_greedy_and_beam_output(checkpoints, sources, case
     ended = 0
     # our limits grow with the source length (decode.max_len_a = 1.5): translate_pieces calls
     # CTranslate2 once per run of sentences with the same limits
-    for cfg in (GREEDY, BEAM, BEAM_AVERAGE):
+    for cfg in (GREEDY, BEAM, BEAM_AVERAGE, BEAM_POWER):
         expected = decode_all(model, src_ids, cfg, CPU)
         got = translate_pieces(translator, pieces, cfg, eos, ckpt.config.model)
         ours = [[vocab.id_to_piece(h.tokens) for h in hyps] for hyps in expected]

@@ -73,6 +73,10 @@ def write_marian(
     model = transformers.MarianMTModel(config)
     if bad_pad:  # as OPUS-MT's models are configured
         model.generation_config.bad_words_ids = [[vocab["<pad>"]]]
+    # what OPUS-MT's generation configs say (num_beams 4 or 6, max_length 512, no early_stopping:
+    # Hugging Face's default, false), with a shorter limit for the tests' sake
+    model.generation_config.num_beams = 4
+    model.generation_config.max_length = 48
     tokenizer = transformers.MarianTokenizer(
         str(out / "source.spm"), str(out / "target.spm"), str(out / "vocab.json"),
         source_lang="de", target_lang="en",
@@ -187,12 +191,16 @@ def order_index(order: list[int]) -> list[int]:
     return index
 
 
-@pytest.mark.parametrize("beams", [1, 5])
-def test_output_equals_generate(marian, demo_dir, beams):
-    """Greedy and beam 5 on the same 200 sentences: the same translations. nmt's beam ends a
-    sentence once it has beam-size finished hypotheses, Hugging Face's `early_stopping=True`
-    (its default, False, goes on while a longer hypothesis could still win: 1 line in 100
-    differed); length penalty: score / length, nmt's `average`, Hugging Face's 1.0."""
+@pytest.mark.parametrize(
+    "beams, early_stopping, length_penalty",
+    [(1, True, 1.0), (5, True, 1.0), (5, False, 1.0), (4, False, 0.6)],
+)
+def test_output_equals_generate(marian, demo_dir, beams, early_stopping, length_penalty):
+    """Greedy and beam search on the same 200 sentences: the same translations. With
+    `early_stopping=True` a sentence ends once it has beam-size finished hypotheses; with False
+    (Hugging Face's default) it goes on while its best live hypothesis, ranked at its current
+    length, could still beat the worst of them: nmt's decode.early_stopping. Length penalty:
+    score / length ** lp, nmt's `power` with alpha lp (`average` for 1.0)."""
     hf_dir, ours = marian
     texts = sentences(demo_dir, 100) + (demo_dir / "valid.de").read_text("utf-8").splitlines()
     assert len(texts) == 200
@@ -200,14 +208,14 @@ def test_output_equals_generate(marian, demo_dir, beams):
     with torch.no_grad():
         batch = tokenizer(texts, padding=True, return_tensors="pt")
         out = reference.generate(
-            **batch, num_beams=beams, max_new_tokens=40, do_sample=False, length_penalty=1.0,
-            early_stopping=True,
+            **batch, num_beams=beams, max_new_tokens=40, do_sample=False,
+            length_penalty=length_penalty, early_stopping=early_stopping,
         )  # fmt: skip
     want = tokenizer.batch_decode(out, skip_special_tokens=True)
     strategy = Strategy.beam if beams > 1 else Strategy.greedy
     decode = DecodeConfig(
-        strategy=strategy, beam_size=beams, length_penalty=LengthPenalty.average,
-        max_len_a=0.0, max_len_b=40,
+        strategy=strategy, beam_size=beams, length_penalty=LengthPenalty.power,
+        alpha=length_penalty, early_stopping=early_stopping, max_len_a=0.0, max_len_b=40,
     )  # fmt: skip
     translator = Translator.from_checkpoint(ours, decode, "cpu")
     assert translator.translate(texts) == want
@@ -243,17 +251,46 @@ def test_what_nmt_cannot_run_is_refused_by_name(tmp_path, demo_dir):
     assert not (tmp_path / "out").exists() and not (tmp_path / "out2").exists()
 
 
+def test_the_commands_decode_as_the_authors_ship_it(marian, demo_dir, tmp_path):
+    """nmt-translate with no decode setting decodes the import with its generation config
+    (beam 4, Hugging Face's early_stopping=False and length penalty 1.0, max_length 48): the
+    translations `generate` gives with no argument, on 200 sentences; a decode.KEY=VALUE changes
+    that key alone, decode=beam is nmt's beam. The library's default is the same; the source cap
+    is the model's positions."""
+    hf_dir, ours = marian
+    texts = sentences(demo_dir, 100) + (demo_dir / "valid.de").read_text("utf-8").splitlines()
+    reference, tokenizer = hf_model(hf_dir), hf_tokenizer(hf_dir)
+    with torch.no_grad():
+        out = reference.generate(**tokenizer(texts, padding=True, return_tensors="pt"))
+    want = tokenizer.batch_decode(out, skip_special_tokens=True)
+    source = tmp_path / "in.de"
+    source.write_text("".join(t + "\n" for t in texts), "utf-8")
+    target = tmp_path / "out.en"
+    args = [f"ckpt={ours}", f"input={source}", f"output={target}", "device=cpu"]
+    assert cli.translate(args) == 0
+    assert target.read_text("utf-8").splitlines() == want
+    assert len(set(want)) > 180
+    cfg = cli.compose_config("translate", [f"ckpt={ours}", "decode.precision=int8"])
+    assert (cfg.decode.beam_size, cfg.decode.early_stopping) == (4, False)
+    assert cfg.decode.precision.value == "int8" and cfg.decode.max_len_cap == 47
+    nmt_beam = cli.compose_config("translate", [f"ckpt={ours}", "decode=beam"]).decode
+    assert (nmt_beam.beam_size, nmt_beam.length_penalty.value) == (5, "gnmt")
+    library = Translator.from_checkpoint(ours, device="cpu")
+    assert library.decode == cfg.decode.__class__(**{**vars(cfg.decode), "precision": "fp32"})
+    assert library.decode.max_src_pieces == 256  # the model's max_position_embeddings
+
+
 def test_fine_tuning_the_import_with_nmt_train_improves_it(marian, tmp_path, demo_dir):
-    """nmt-train --config-dir OUT model=imported train.init_from=OUT: the imported architecture
-    and tokenizer, trained on; valid BLEU rises."""
+    """nmt-train train.init_from=OUT: the imported architecture (taken from the checkpoint: no
+    model=... needed) and tokenizer, trained on; valid BLEU rises."""
     import sacrebleu
 
     _, ours = marian
     run = tmp_path / "tuned"
     args = [
-        "--config-dir", str(ours), "model=imported", f"train.init_from={ours}", "data=demo",
-        f"data.local_dir={demo_dir}", f"run_dir={run}", "train.max_steps=100",
-        "train.valid_every=100", "train.lr=0.001", "train.batch_tokens=1000",
+        f"train.init_from={ours}", "data=demo", f"data.local_dir={demo_dir}", f"run_dir={run}",
+        "train.max_steps=100", "train.valid_every=100", "train.lr=0.001",
+        "train.batch_tokens=1000",
     ]  # fmt: skip
     assert cli.train(args) == 0
     src = (demo_dir / "valid.de").read_text("utf-8").splitlines()

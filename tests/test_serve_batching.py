@@ -238,6 +238,39 @@ def test_a_full_queue_refuses_at_once_with_a_time_to_retry():
     assert batcher.refused == 1 and [c[1] for c in calls] == [[0], [1, 2], [3], [5]]
 
 
+def test_the_queue_counts_cost_and_no_client_fills_it_alone():
+    """max_queue_cost bounds the work waiting, whoever sends it; client_share what one client
+    may have waiting: a client over its share is refused while another's request of the same
+    cost is queued, and the first client's next one fits once its work is done."""
+    calls, hold = [], threading.Event()
+
+    async def main():
+        batcher = Batcher(held_run(calls, hold), wait_ms=0, max_batch=8, max_queue_cost=100,
+                          client_share=0.5)  # fmt: skip
+        first = asyncio.ensure_future(batcher.submit("k", [0], [10], client="a"))
+        await until(lambda: batcher.decodes == 1)  # held in the worker: not in the queue
+        mine = asyncio.ensure_future(batcher.submit("k", [1], [40], client="a"))
+        await asyncio.sleep(0)
+        with pytest.raises(QueueFull) as share:
+            await batcher.submit("k", [2], [20], client="a")  # 40 + 20 > 50, a's share
+        theirs = asyncio.ensure_future(batcher.submit("k", [3], [45], client="b"))
+        await asyncio.sleep(0)
+        with pytest.raises(QueueFull) as full:
+            await batcher.submit("k", [4], [20], client="c")  # 85 + 20 > 100, the whole queue
+        assert batcher.queued_cost() == 85 and batcher.queued_cost("a") == 40
+        hold.set()
+        done = await first, await mine, await theirs
+        again = await batcher.submit("k", [5], [45], client="a")
+        batcher.close()
+        return share.value, full.value, done, again, batcher
+
+    share, full, done, again, batcher = asyncio.run(main())
+    assert "this client has work of cost 40 waiting" in str(share)
+    assert "its share of the queue (0.5 x max_queue_cost = 50)" in str(share)
+    assert "would go over max_queue_cost=100" in str(full)
+    assert done == (["k:0"], ["k:1"], ["k:3"]) and again == ["k:5"] and batcher.refused == 2
+
+
 def test_after_a_decode_the_next_batch_waits_for_the_requests_still_coming():
     """The clients of a batch come back one after another once it is decoded; a request that
     arrived during the decode waits for them (until none has come for wait_ms) instead of

@@ -166,7 +166,7 @@ def test_a_batch_mixing_languages_gives_each_its_own(tagged, translator):
 def test_the_cost_check_reads_each_source_with_its_tag(translator):
     """As the search does: the tag is one more source piece, which moves the length limit."""
     ids = read_sources(translator.vocabs.src, SOURCES, BEAM.max_src_pieces, warn=False).ids
-    _, costs = check_request(translator, Request(SOURCES, BEAM, tgt_lang="bb"), 10**9)
+    _, costs = check_request(translator, Request(SOURCES, BEAM, tgt_lang="bb"), 10**9, 0)
     assert costs == [text_cost(BEAM, len(i) + 1, False) for i in ids]
     assert costs != [text_cost(BEAM, len(i), False) for i in ids]
 

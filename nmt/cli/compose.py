@@ -15,6 +15,7 @@ from pathlib import Path
 from nmt.config import RNNConfig, TransformerConfig
 from nmt.errors import NMTError
 from nmt.run_config import (
+    CHECKPOINT_OPTIONS,
     AverageRunConfig,
     EvaluateRunConfig,
     ExportRunConfig,
@@ -123,19 +124,49 @@ def hydra_session(name: str) -> Iterator[None]:
         yield
 
 
-def search_path(extra_dir: str | None) -> list[str]:
+def search_path(*extra_dirs: str | Path | None) -> list[str]:
     # like Hydra's --config-dir: the user's configs are searched too
-    return [f"hydra.searchpath=[file://{Path(extra_dir).resolve()}]"] if extra_dir else []
+    dirs = [f"file://{Path(d).resolve()}" for d in extra_dirs if d]
+    return [f"hydra.searchpath=[{','.join(dirs)}]"] if dirs else []
+
+
+# the commands that decode with a `ckpt`: an imported one brings its authors' decode settings
+DECODING = ("evaluate", "translate", "score", "serve")
+
+
+def checkpoint_options(name: str, overrides: list[str]) -> tuple[list[str], list[Path]]:
+    """The options a checkpoint named on the command line brings (`CHECKPOINT_OPTIONS`), as
+    overrides, and the directories that hold them: for nmt-train, the model of train.init_from
+    when no model=... is given (an imported model fine-tunes with its own architecture); for the
+    decoding commands, the decode settings of ckpt (the first of an ensemble's) when no
+    decode=... is given, so that an imported model decodes as its authors ship it, and
+    decode.KEY=VALUE changes those. A checkpoint without them changes nothing."""
+    given = {_key(o) for o in overrides}
+    group, source = {"train": ("model", "train.init_from")}.get(name, ("decode", "ckpt"))
+    if (name != "train" and name not in DECODING) or group in given:
+        return [], []
+    value = next((o.partition("=")[2] for o in overrides if _key(o) == source), "")
+    first = value.strip().strip("[]").split(",")[0].strip().strip("'\"")
+    if first and (Path(first) / CHECKPOINT_OPTIONS[group]).is_file():
+        return [f"{group}={CHECKPOINT_OPTIONS[group].stem}"], [Path(first)]
+    return [], []
+
+
+def _key(override: str) -> str:
+    return override.partition("=")[0].lstrip("+~")
 
 
 def composed(name: str, overrides: list[str], extra_dir: str | None, prefix: str = "") -> object:
-    """Compose and convert to the schema's dataclass (inside `hydra_session`); errors raise
-    NMTError."""
+    """Compose and convert to the schema's dataclass (inside `hydra_session`), with the options
+    the command's checkpoint brings (`checkpoint_options`); errors raise NMTError."""
     from hydra import compose
     from omegaconf import OmegaConf
 
+    brought, dirs = checkpoint_options(name, overrides)
     try:
-        cfg = compose(config_name=name, overrides=[*overrides, *search_path(extra_dir)])
+        cfg = compose(
+            config_name=name, overrides=[*brought, *overrides, *search_path(extra_dir, *dirs)]
+        )
         return OmegaConf.to_object(cfg)  # runs the schemas' __post_init__ checks
     except NMTError as err:
         if not prefix:

@@ -16,7 +16,7 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nmt.cli.compose import composed, explain, hydra_session, search_path
+from nmt.cli.compose import checkpoint_options, composed, explain, hydra_session, search_path
 from nmt.errors import NMTError
 
 if TYPE_CHECKING:
@@ -209,10 +209,17 @@ def sweep_train(overrides: list[str], extra_dir: str | None, print_only: bool = 
                 "train.resume=true to continue its jobs, or train.overwrite=true to start over"
             )
         print(f"nmt-train: sweep of {n} job(s) into {sweep_dir}", file=sys.stderr)
+        # the model an imported train.init_from brings, when every job takes it (each job's
+        # config above was composed with its own)
+        brought = {tuple(map(tuple, checkpoint_options("train", job))) for job in sweep.jobs}
+        options, dirs = (
+            checkpoint_options("train", sweep.jobs[0]) if len(brought) == 1 else ([], [])
+        )
         launch = [
+            *options,
             *sweep.launch,
             f"hydra.sweep.dir={_quote(str(sweep_dir))}",
-            *search_path(extra_dir),
+            *search_path(extra_dir, *dirs),
         ]
         try:
             # Hydra's public entry, @hydra.main, reads sys.argv itself; this is the call it makes

@@ -226,8 +226,8 @@ def decode_options(
     table; in short:
 
     Exact: greedy, beam size, n-best, length_penalty none (-> 0 for greedy, NO_EARLY_EXIT for
-    beam search) and average (-> 1, with the EOS counted in the length as ours counts it:
-    `return_end_token=True`; strip it from the output),
+    beam search), average (-> 1) and power (-> alpha), with the EOS counted in the length as
+    ours counts it (`return_end_token=True`; strip it from the output),
     the length limits. CTranslate2 has one limit per call: max_decoding_length is the largest of
     `src_lens` (`translate_pieces` groups sources with equal limits, so that it is each one's).
     min_len and no_repeat_ngram block
@@ -256,9 +256,18 @@ def decode_options(
     if cfg.length_penalty == LengthPenalty.gnmt and beam:
         raise NMTError(
             "decode.length_penalty=gnmt has no CTranslate2 equivalent (CTranslate2 divides the "
-            "score by length ** length_penalty): use decode.length_penalty=none or average"
+            "score by length ** length_penalty): use decode.length_penalty=none, average or "
+            "power"
         )
-    average = cfg.length_penalty == LengthPenalty.average
+    if beam and not cfg.early_stopping:
+        raise NMTError(
+            "decode.early_stopping=false is not supported by the CTranslate2 export (its beam "
+            "search ends a sentence once beam_size hypotheses have ended): set "
+            "decode.early_stopping=true"
+        )
+    # CTranslate2 divides by length ** length_penalty, counting the end token when it returns it
+    by_length = cfg.length_penalty in (LengthPenalty.average, LengthPenalty.power)
+    power = 1.0 if cfg.length_penalty == LengthPenalty.average else cfg.alpha
     max_len = max(cfg.max_len(n) for n in src_lens)
     max_input = 0  # sources are capped (decode.max_src_pieces) before
     if isinstance(model, TransformerConfig) and model.positions == Positions.learned:
@@ -269,8 +278,8 @@ def decode_options(
         "beam_size": cfg.beam_size if beam else 1,
         "num_hypotheses": cfg.n_best if beam else 1,
         "patience": cfg.patience,
-        "length_penalty": 1.0 if average else (NO_EARLY_EXIT if beam else 0.0),
-        "return_end_token": average,
+        "length_penalty": power if by_length else (NO_EARLY_EXIT if beam else 0.0),
+        "return_end_token": by_length,
         "max_decoding_length": max_len,
         "min_decoding_length": min(max(cfg.min_len(n) for n in src_lens), max_len),
         "no_repeat_ngram_size": cfg.no_repeat_ngram,

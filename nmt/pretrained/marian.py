@@ -12,8 +12,9 @@ What the directory holds and what becomes of it:
     pytorch_model.bin       with torch.load(weights_only=True): no code from the directory runs
     vocab.json           -> pieces.marian.json: the pieces in nmt's id order (`MarianVocab`)
     source.spm, target.spm  copied
-    generation_config.json  its beam size becomes decode.beam_size; bad_words_ids [[pad]] blocks
-                         PAD as Hugging Face's generate does
+    generation_config.json  -> the decode settings (`authors_decode`: beam, length penalty,
+                         early stopping, length limits); bad_words_ids [[pad]] blocks PAD as
+                         Hugging Face's generate does
 
 Ids: nmt's specials are PAD, UNK, BOS, EOS = 0..3 (`nmt.tokenizer`); Marian's are </s>, <unk>
 and <pad>, where decoding starts from <pad>. The imported table holds, in nmt's order, the
@@ -40,13 +41,14 @@ from nmt.config import (
     Activation,
     DataConfig,
     DecodeConfig,
+    LengthPenalty,
     Norm,
     Positions,
     Strategy,
     TransformerConfig,
 )
 from nmt.errors import NMTError
-from nmt.run_config import ImportRunConfig, TrainRunConfig
+from nmt.run_config import CHECKPOINT_OPTIONS, ImportRunConfig, TrainRunConfig
 from nmt.tokenizer import BOS, EOS, MARIAN_FILES, PAD, SPECIAL_PIECES, load_vocabs
 
 log = logging.getLogger(__name__)
@@ -75,8 +77,9 @@ LAYER_PARTS = {
     ],
 }  # fmt: skip
 NOT_DATA = "none: pass data=... to nmt-evaluate or nmt-train"  # the imported run's data.local_dir
-# the model as a config option, for fine-tuning: nmt-train --config-dir OUT model=imported ...
-MODEL_OPTION = Path("model") / "imported.yaml"
+# the model and its authors' decode settings as config options of the checkpoint's own
+# (nmt.cli.compose takes them from it): for fine-tuning and for every decoding command
+MODEL_OPTION, DECODE_OPTION = CHECKPOINT_OPTIONS["model"], CHECKPOINT_OPTIONS["decode"]
 
 
 def import_marian(source: str, out: Path) -> Path:
@@ -113,7 +116,7 @@ def import_marian(source: str, out: Path) -> Path:
         cfg = run_config(model, hf, generation, tokenizer, source)
         payload = {"model": state, "imported": {"from": source, "format": "marian"}}
         step_dir = save_checkpoint(staging, 0, payload, cfg, vocabs)
-        write_model_option(model, step_dir / MODEL_OPTION)
+        write_options(model, cfg.decode, step_dir)
         os.rename(step_dir, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -199,11 +202,22 @@ def model_config(hf: dict) -> TransformerConfig:
     )
 
 
-def write_model_option(cfg: TransformerConfig, path: Path) -> None:
-    """The model as a YAML option of the `model` group: `nmt-train --config-dir OUT
-    model=imported train.init_from=OUT` builds the imported architecture to load its weights."""
-    lines = ["# nmt-import's model: nmt-train --config-dir DIR model=imported train.init_from=DIR"]
-    lines += ["defaults:", "  - transformer", "  - _self_", ""]
+def write_options(model: TransformerConfig, decode: DecodeConfig, directory: Path) -> None:
+    """The model and its authors' decode settings as YAML options of the `model` and `decode`
+    groups (MODEL_OPTION, DECODE_OPTION): the commands take them from the checkpoint by
+    themselves (`nmt.cli.compose`): nmt-train builds the imported architecture for
+    train.init_from=DIR, the decoding commands decode as its authors do unless decode=... says
+    otherwise; `--config-dir DIR model=imported` / `decode=imported` name them."""
+    head = "# nmt-import's model: nmt-train train.init_from=DIR takes it (or model=imported)"
+    _write_option(model, directory / MODEL_OPTION, [head, "defaults:", "  - transformer",
+                                                    "  - _self_", ""])  # fmt: skip
+    head = "# how the model's authors decode it (its generation config): every decoding command"
+    _write_option(
+        decode, directory / DECODE_OPTION, [head, "#   takes it unless decode=... is given"]
+    )
+
+
+def _write_option(cfg: object, path: Path, lines: list[str]) -> None:
     for key, value in dataclasses.asdict(cfg).items():
         value = value.value if isinstance(value, Enum) else value
         lines.append(f"{key}: {json.dumps(value)}")
@@ -338,14 +352,62 @@ def run_config(
     model: TransformerConfig, hf: dict, generation: dict, tokenizer: dict, source: str
 ) -> TrainRunConfig:
     """The imported checkpoint's config.yaml: the model, the languages when the tokenizer names
-    them, no data of its own (`NOT_DATA`), and Hugging Face's beam size."""
+    them, no data of its own (`NOT_DATA`), and the decode settings its authors ship
+    (`authors_decode`)."""
     src_lang = tokenizer.get("source_lang") or "src"
     tgt_lang = tokenizer.get("target_lang") or "tgt"
-    beams = int(generation.get("num_beams") or hf.get("num_beams") or 1)
-    if beams > 1:
-        decode = DecodeConfig(strategy=Strategy.beam, beam_size=beams)
-    else:
-        decode = DecodeConfig(strategy=Strategy.greedy)
     data = DataConfig(name=f"imported {source}", src_lang=src_lang, tgt_lang=tgt_lang,
                       local_dir=NOT_DATA)  # fmt: skip
+    decode = authors_decode(generation, hf, model.max_positions)
     return TrainRunConfig(data=data, model=model, decode=decode, run_dir=".")
+
+
+def authors_decode(generation: dict, hf: dict, positions: int) -> DecodeConfig:
+    """How the model's authors decode it: Hugging Face's generation config (generation_config.json,
+    else config.json's generation keys; Hugging Face's defaults where neither says) as nmt's
+    decode settings, so that nmt-translate with no decode setting gives what `generate` gives.
+
+    num_beams -> a beam of that size (1: greedy); length_penalty lp -> score / length ** lp
+    (`power`); early_stopping -> decode.early_stopping (Hugging Face's default: false);
+    max_length (which counts the decoder's start) or max_new_tokens -> the length limit;
+    min_length / min_new_tokens, no_repeat_ngram_size, repetition_penalty -> nmt's rules of
+    the same meaning. A source is cut at the model's positions (max_position_embeddings): longer
+    ones would use positions it never saw. What nmt does not carry over is named in a warning."""
+
+    def given(key: str, default: object = None) -> object:
+        value = generation.get(key, hf.get(key))
+        return default if value is None else value
+
+    beams = int(given("num_beams", 1))
+    penalty = float(given("length_penalty", 1.0))
+    early = given("early_stopping", False)
+    settings: dict = {
+        "strategy": Strategy.beam if beams > 1 else Strategy.greedy,
+        "beam_size": max(beams, 1),
+        "length_penalty": LengthPenalty.average if penalty == 1.0 else LengthPenalty.power,
+        "alpha": 1.0 if penalty == 1.0 else penalty,
+        "early_stopping": early is True,
+        "no_repeat_ngram": int(given("no_repeat_ngram_size", 0)),
+        "repetition_penalty": float(given("repetition_penalty", 1.0)),
+        "max_src_pieces": positions,
+    }
+    if given("max_new_tokens") is not None:
+        steps = int(given("max_new_tokens"))
+        settings.update(max_len_a=0.0, max_len_b=steps, max_len_cap=steps)
+    elif given("max_length") is not None:  # Hugging Face counts the decoder's start token
+        steps = int(given("max_length")) - 1
+        settings.update(max_len_a=0.0, max_len_b=steps, max_len_cap=steps)
+    if given("min_new_tokens") is not None:
+        settings["min_len_b"] = int(given("min_new_tokens"))
+    elif int(given("min_length", 0)) > 1:
+        settings["min_len_b"] = int(given("min_length")) - 1
+    ignored = [
+        f"{key}={given(key)!r}"
+        for key, default in (("do_sample", False), ("num_return_sequences", 1))
+        if given(key, default) != default
+    ]
+    if early == "never":
+        ignored.append("early_stopping='never' (decoded as false)")
+    if ignored:
+        log.warning("the generation config's %s: not carried over", ", ".join(ignored))
+    return DecodeConfig(**settings)

@@ -157,12 +157,16 @@ def create_app(translator: Translator, cfg: ServeRunConfig, info: dict) -> Starl
             return score_batch(translator, items)
         return decode_batch(translator, items)
 
-    batcher = Batcher(run, cfg.batch_wait_ms, cfg.max_batch, cfg.batch_cost, cfg.max_queue)
+    batcher = Batcher(
+        run, cfg.batch_wait_ms, cfg.max_batch, cfg.batch_cost, cfg.max_queue, cfg.max_queue_cost,
+        cfg.client_share,
+    )  # fmt: skip
     counter = iter(range(1, sys.maxsize))
     # a text of max_chars characters, each escaped as \\uXXXX in the worst case, and some room
     body_limit = 6 * cfg.max_chars + 65536
     names = ("max_chars", "max_texts", "max_beam", "max_request_cost", "max_batch", "batch_cost")
-    limits = {k: getattr(cfg, k) for k in (*names, "max_queue", "batch_wait_ms")}
+    queue = ("max_queue", "max_queue_cost", "client_share", "batch_wait_ms")
+    limits = {k: getattr(cfg, k) for k in (*names, *queue)}
     info = {**info, "limits": limits}
     maps = map_size(translator)  # what a request's attention maps cost grows with
 
@@ -180,7 +184,8 @@ def create_app(translator: Translator, cfg: ServeRunConfig, info: dict) -> Starl
             prepared, costs = await run_in_threadpool(check_request, *check)
         items = [Item(text, prepared) for text in prepared.texts]
         try:
-            results = await batcher.submit(batch_key(prepared, next(counter)), items, costs)
+            key = batch_key(prepared, next(counter))
+            results = await batcher.submit(key, items, costs, client_of(request))
         except QueueFull as full:
             headers = {"Retry-After": str(full.retry_after)}
             return JSONResponse({"error": str(full)}, status_code=503, headers=headers)
@@ -199,7 +204,7 @@ def create_app(translator: Translator, cfg: ServeRunConfig, info: dict) -> Starl
         items = [ScoreItem(t, u, job.tgt_lang) for t, u in zip(job.texts, job.translations)]
         key = score_key(target_tag(translator, job.tgt_lang))
         try:
-            results = await batcher.submit(key, items, costs)
+            results = await batcher.submit(key, items, costs, client_of(request))
         except QueueFull as full:
             headers = {"Retry-After": str(full.retry_after)}
             return JSONResponse({"error": str(full)}, status_code=503, headers=headers)
@@ -240,6 +245,12 @@ def create_app(translator: Translator, cfg: ServeRunConfig, info: dict) -> Starl
     )
     app.state.batcher = batcher
     return app
+
+
+def client_of(request: Request) -> str | None:
+    """Who sent a request, for the queue's client_share: the address its connection comes from
+    (behind a proxy, the proxy's: every client shares it)."""
+    return request.client.host if request.client is not None else None
 
 
 # the page loads only its own files: no inline script, nothing from elsewhere

@@ -24,7 +24,9 @@ single dispatcher hands them, grouped, to one worker thread:
 - each request gets back exactly its own results, in the order of its items, when its last
   piece is decoded; an exception in the worker is raised in every request of that batch, and the
   batcher carries on;
-- at most `max_queue` items wait to be decoded: a request that would go over is refused at once
+- at most `max_queue` items, and `max_queue_cost` of cost, wait to be decoded, and one client
+  (its connection's address) has at most `client_share` of that cost waiting, so that no client
+  can fill the queue ahead of the others alone: a request that would go over is refused at once
   with `QueueFull`, which says when to try again (the waiting items at the decoding rate so far).
 
 `wait_ms=0` turns batching off: every decode holds one request's items (a heavy one still in
@@ -49,13 +51,10 @@ Run = Callable[[Hashable, list[Any]], Sequence[Any]]
 
 
 class QueueFull(Exception):
-    """The queue holds `max_queue` items: try again in `retry_after` seconds."""
+    """The queue has no room for a request: try again in `retry_after` seconds."""
 
-    def __init__(self, asked: int, queued: int, limit: int, retry_after: int) -> None:
-        super().__init__(
-            f"the server is busy: {queued} sentences wait to be translated, and {asked} more "
-            f"would go over max_queue={limit}; try again in {retry_after} s"
-        )
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(f"{message}; try again in {retry_after} s")
         self.retry_after = retry_after
 
 
@@ -65,6 +64,7 @@ class _Request:
     items: list[Any]
     costs: list[float]
     future: asyncio.Future
+    client: Hashable = None  # who sent it (its connection's address), for `client_share`
     taken: int = 0  # items handed to decodes so far (a request in the queue waits from here)
     results: list[Any] = field(default_factory=list)
     arrived: float = field(default_factory=time.monotonic)
@@ -72,6 +72,10 @@ class _Request:
     @property
     def left(self) -> int:
         return 0 if self.future.done() else len(self.items) - self.taken
+
+    @property
+    def cost_left(self) -> float:
+        return 0.0 if self.future.done() else sum(self.costs[self.taken :])
 
 
 # one piece of a batch: a request and the slice of its items that this decode holds
@@ -86,12 +90,16 @@ class Batcher:
         max_batch: int,
         max_cost: float = math.inf,
         max_queue: int | None = None,
+        max_queue_cost: float = math.inf,
+        client_share: float = 1.0,
     ) -> None:
         self.run = run
         self.wait = wait_ms / 1000
         self.max_batch = max_batch
         self.max_cost = max_cost
         self.max_queue = max_queue
+        self.max_queue_cost = max_queue_cost
+        self.client_share = client_share
         self.decodes = 0  # batches handed to `run` so far
         self.requests = 0  # requests in them (counted at their first piece)
         self.items = 0  # items in them
@@ -107,14 +115,27 @@ class Batcher:
     @property
     def queued(self) -> int:
         """Items waiting for a decode (those of the batch under way not counted)."""
-        return sum(r.left for r in self._pending) + sum(r.left for r, _, _ in self._decoding)
+        return sum(r.left for r in self._waiting())
+
+    def queued_cost(self, client: Hashable = None) -> float:
+        """The cost of the items waiting for a decode: every client's, or one `client`'s."""
+        return sum(r.cost_left for r in self._waiting() if client is None or r.client == client)
+
+    def _waiting(self) -> list[_Request]:
+        """The requests with items waiting (a request of the batch under way may have more)."""
+        return [*self._pending, *(r for r, _, _ in self._decoding if r not in self._pending)]
 
     async def submit(
-        self, key: Hashable, items: list[Any], costs: Sequence[float] | None = None
+        self,
+        key: Hashable,
+        items: list[Any],
+        costs: Sequence[float] | None = None,
+        client: Hashable = None,
     ) -> list[Any]:
         """The results of `run(key, items)`, computed in batches with other requests' items.
-        `costs` (one per item, default 1) decide how many items share a decode (`max_cost`).
-        Raises QueueFull at once when the queue has no room for the items."""
+        `costs` (one per item, default 1) decide how many items share a decode (`max_cost`) and
+        how much of the queue they take; `client` (who sent them) what share of it. Raises
+        QueueFull at once when the queue has no room for the items."""
         loop = asyncio.get_running_loop()
         costs = [1.0] * len(items) if costs is None else list(costs)
         if len(costs) != len(items):
@@ -126,11 +147,8 @@ class Batcher:
             # requests left behind by a closed event loop can never be answered: drop them
             self._pending = [r for r in self._pending if r.future.get_loop() is loop]
             self._decoding = []
-        queued = self.queued
-        if self.max_queue is not None and queued + len(items) > self.max_queue:
-            self.refused += 1
-            raise QueueFull(len(items), queued, self.max_queue, self._retry_after(queued))
-        request = _Request(key, list(items), costs, loop.create_future())
+        self._check_room(len(items), sum(costs), client)
+        request = _Request(key, list(items), costs, loop.create_future(), client)
         self._pending.append(request)
         if not running:
             self._filled = asyncio.Event()
@@ -138,6 +156,32 @@ class Batcher:
         elif key == self._pending[0].key and self._full(key):
             self._filled.set()
         return await request.future
+
+    def _check_room(self, count: int, cost: float, client: Hashable) -> None:
+        """Raise QueueFull when `count` items of `cost` would go over max_queue, max_queue_cost
+        or this client's share of it."""
+        queued, waiting = self.queued, self.queued_cost()
+        mine, share = self.queued_cost(client), self.client_share * self.max_queue_cost
+        if self.max_queue is not None and queued + count > self.max_queue:
+            why = (
+                f"the server is busy: {queued} sentences wait to be translated, and {count} more "
+                f"would go over max_queue={self.max_queue}"
+            )
+        elif waiting + cost > self.max_queue_cost:
+            why = (
+                f"the server is busy: work of cost {waiting:.0f} waits, and this request's "
+                f"{cost:.0f} would go over max_queue_cost={self.max_queue_cost:.0f}"
+            )
+        elif client is not None and mine + cost > share:
+            why = (
+                f"this client has work of cost {mine:.0f} waiting, and this request's {cost:.0f} "
+                f"would go over its share of the queue ({self.client_share:g} x "
+                f"max_queue_cost = {share:.0f}): wait for its answers before sending more"
+            )
+        else:
+            return
+        self.refused += 1
+        raise QueueFull(why, self._retry_after(queued))
 
     def close(self) -> None:
         """Stop the worker thread (a decode under way finishes; queued ones are dropped)."""

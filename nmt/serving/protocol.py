@@ -41,7 +41,7 @@ BANNED_PIECES = 30_000
 BANNED_LENGTHS = 30
 # attention map weights (layers x heads x source pieces, per hypothesis step) that cost as much as
 # one plain hypothesis step to keep, gather and write as JSON (scripts/bench_attention.py)
-MAP_WEIGHTS_PER_STEP = 2000
+MAP_WEIGHTS_PER_STEP = 1500
 DECODE_STRINGS = ("prefix",)
 # the values a request may give: wide enough for any sensible use, narrow enough that no
 # arithmetic in search overflows (beam_size and n_best: 1..max_beam, a setting of the server)

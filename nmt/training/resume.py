@@ -36,12 +36,23 @@ def _differences(now: dict, then: dict) -> list[str]:
     return [f"{k}={then.get(k)} (now {now.get(k)})" for k in keys]
 
 
-def _check_same_model(cfg: TrainRunConfig, stored: TrainRunConfig, why: str) -> None:
+def _check_same_model(
+    cfg: TrainRunConfig, stored: TrainRunConfig, why: str, where: Path | None = None
+) -> None:
     """Loading weights into another architecture would fail deep in load_state_dict; say it
-    plainly."""
+    plainly, and (train.init_from, `where`) how to give the checkpoint's model."""
     diff = _differences(flatten(cfg.model, "model"), flatten(stored.model, "model"))
-    if diff:
-        raise NMTError(f"{why}: the checkpoint was trained with {', '.join(diff)}")
+    if not diff:
+        return
+    shown = ", ".join(diff[:6]) + (f" and {len(diff) - 6} more" if len(diff) > 6 else "")
+    how = ""
+    if where is not None:
+        how = (
+            f": give nmt-train the model it was trained with (the model section of "
+            f"{where / 'config.yaml'}: the model=... and model.KEY=... of its command); an "
+            "imported checkpoint brings its own, taken when no model=... is given"
+        )
+    raise NMTError(f"{why}: the checkpoint was trained with {shown}{how}")
 
 
 def _schedule_keys(cfg: TrainRunConfig) -> dict:
@@ -75,7 +86,7 @@ def _check_same_schedule(cfg: TrainRunConfig, stored: TrainRunConfig, where: Pat
 def load_init(cfg: TrainRunConfig) -> Checkpoint:
     """train.init_from: a new run that starts from another run's weights and tokenizer."""
     init = load_checkpoint(cfg.train.init_from)
-    _check_same_model(cfg, init.config, "train.init_from")
+    _check_same_model(cfg, init.config, "train.init_from", init.path)
     if isinstance(init.vocabs.src, MarianVocab):  # imported: no tokenizer settings to keep
         return _starting(init)
     key = "data.tokenizer"

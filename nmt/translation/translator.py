@@ -68,7 +68,7 @@ from nmt.tokenizer import EOS, Vocab, Vocabs, clean
 from nmt.translation.attention_map import select_map
 from nmt.translation.inputs import TargetTags
 from nmt.translation.phrases import spans
-from nmt.translation.request import Prepared, PreparedText, Request, prepare
+from nmt.translation.request import Prepared, PreparedText, Request, Segment, prepare
 from nmt.translation.scoring import Scored, read_pairs, score_ids
 from nmt.translation.search import Decoded, SearchJob, search_all
 from nmt.translation.search.tree import BeamTree
@@ -215,17 +215,25 @@ class Translator:
         decode.compile, greedy and beam search of one text and of two: a compiled step has
         graphs for one sentence and for several, and beam search's first step is one of its own
         (nmt.models.compiled), each compiled at its first use, so that no request, whatever
-        strategy it asks for, waits for a compilation. nmt-serve and the prompt of
-        nmt-translate call it at load. Returns its seconds."""
+        strategy it asks for, waits for a compilation; and sources of no piece and of one (a text
+        of characters the tokenizer drops, a word): torch.compile specializes a graph on sizes 0
+        and 1, so those are graphs of their own. nmt-serve and the prompt of nmt-translate call
+        it at load. Returns its seconds."""
         start = time.perf_counter()
         languages = self.tags.languages  # a model with several needs one named
         tgt_lang = languages[0] if languages else None
         self.translate_full([WARM_UP_TEXT], tgt_lang=tgt_lang)
         if self.decode.compile:
+            tag = self.tags.ids(tgt_lang)
+            piece = next(iter(self.vocabs.src.encode([WARM_UP_TEXT])[0]), EOS)
+            short = [PreparedText(Segment(WARM_UP_TEXT), tag + ids + [EOS], [], []) for ids in
+                     ([], [piece])]  # fmt: skip
             for strategy in (Strategy.greedy, Strategy.beam):
                 settings = replace(self.decode, strategy=strategy, n_best=1)
                 for texts in ([WARM_UP_TEXT], [WARM_UP_TEXT, WARM_UP_TEXT + " Er bellt."]):
                     self.translate_full(texts, decode=settings, tgt_lang=tgt_lang)
+                for text in short:
+                    self.run(Prepared([text], Request([], settings).settings, []))
         seconds = time.perf_counter() - start
         log.info("warmed up in %.0f ms", seconds * 1000)
         return seconds

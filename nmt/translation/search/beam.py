@@ -31,10 +31,13 @@ def beam_search(model: Seq2Seq, batch: SearchBatch) -> list[list[Hypothesis]]:
     Each step scores every (beam, token) extension, keeps the 2K best per sentence, sets aside the
     ones ending in EOS among the first K (the K-best rule that makes beam 1 equal greedy), and
     continues with the K best that do not end. A sentence is done when K hypotheses have finished
-    or it reached its length limit (then its K best are kept as they are, unended). The step
-    rules read the history, which follows the beam. With positive constraints, every returned
-    hypothesis contains each of its sentence's phrases (see nmt/translation/search/constraints.py);
-    a sentence none of whose hypotheses could meet them gets an empty list.
+    (max(n_best, ceil(patience * K)); with decode.early_stopping=false, and once its best live
+    hypothesis, normalised at its current length, no longer ranks above the worst of those K:
+    Hugging Face's rule) or it reached its length limit (then its K best are kept as they are,
+    unended). The step rules read the history, which follows the beam. With positive constraints,
+    every returned hypothesis contains each of its sentence's phrases (see
+    nmt/translation/search/constraints.py); a sentence none of whose hypotheses could meet them gets
+    an empty list.
     """
     cfg, src, max_len = batch.cfg, batch.src, batch.max_len
     size, device, k = src.size(0), src.device, cfg.beam_size
@@ -50,10 +53,10 @@ def beam_search(model: Seq2Seq, batch: SearchBatch) -> list[list[Hypothesis]]:
     history = torch.zeros((size, 0), dtype=torch.long, device=device)  # (R, t)
     maps = _Maps() if batch.attention else None  # every step's maps, by back-pointers
     prev = torch.full((size,), BOS, dtype=torch.long, device=device)
-    finished = _Finished(batch)
+    enough = max(cfg.n_best, math.ceil(cfg.patience * k))  # finished hypotheses that end a sentence
+    finished = _Finished(batch, enough)
     allowed: Tensor | None = None  # (R, C): the shortlist's pieces each row may produce
     n_finished = torch.zeros(size, dtype=torch.long, device=device)
-    enough = max(cfg.n_best, math.ceil(cfg.patience * k))  # finished hypotheses that end a sentence
     matched = None if constraints is None else constraints.start()  # (N, W, P) phrase progress
     met: Tensor | None = None  # (N, W): constraint pieces of each row, for the recorder
 
@@ -109,6 +112,10 @@ def beam_search(model: Seq2Seq, batch: SearchBatch) -> list[list[Hypothesis]]:
             finished.add(sentence[which], seqs, top_scores[which, rank], attn, nodes)
 
         done = at_limit | (n_finished[sentence] >= enough)
+        if not cfg.early_stopping:  # ...and the best live one, ranked now, could not rank higher
+            live_best = top_scores.masked_fill(is_eos, NEG_INF).amax(dim=1)  # (N,)
+            better = cfg.normalize(live_best, t + 1) > finished.worst[sentence]
+            done = at_limit | (done & ~better)
         if bool(done.all()):
             break
         # continue with the K best that did not end in EOS (there are at least K: each row
@@ -188,11 +195,16 @@ class _Maps:
 class _Finished:
     """The hypotheses each sentence of a batch has finished, as beam search sets them aside."""
 
-    def __init__(self, batch: SearchBatch) -> None:
+    def __init__(self, batch: SearchBatch, enough: int) -> None:
+        """`enough`: the hypotheses that end a sentence (with decode.early_stopping=false, the
+        sentence's `worst` is the lowest normalised score of its `enough` best)."""
         self.lists: list[list[Hypothesis]] = [[] for _ in range(batch.src.size(0))]
         self.cfg = batch.cfg
         self.src_lens = batch.src_lens.tolist()
         self.ids = None if batch.shortlist is None else batch.shortlist.ids
+        self.enough = enough
+        # (B,) the `enough`-th best normalised score each sentence has ended with; -inf before
+        self.worst = torch.full((batch.src.size(0),), NEG_INF, device=batch.src.device)
 
     def add(
         self,
@@ -213,3 +225,12 @@ class _Finished:
             hyp = hypothesis(seq, score, hyp_attn, self.cfg)
             hyp.node = node_ids[f]
             self.lists[i].append(hyp)
+        if not self.cfg.early_stopping:
+            touched = sorted(set(sentences.tolist()))
+            worst = [self._worst(i) for i in touched]
+            index = torch.tensor(touched, device=self.worst.device)
+            self.worst[index] = torch.tensor(worst, device=self.worst.device)
+
+    def _worst(self, i: int) -> float:
+        ranked = sorted((h.normalized for h in self.lists[i]), reverse=True)
+        return ranked[self.enough - 1] if len(ranked) >= self.enough else NEG_INF
