@@ -9,6 +9,7 @@ names equal their values because OmegaConf matches overrides by name (``model.at
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -125,6 +126,54 @@ class LengthPenalty(str, Enum):
     # log-probability / length ** alpha: Hugging Face's and CTranslate2's length_penalty=alpha
     # (alpha 1 is `average`)
     power = "power"
+
+
+class TextFormat(str, Enum):
+    """What a text to translate is (nmt.documents): its markup is kept, its text translated."""
+
+    auto = "auto"  # a file by its extension (.html .htm .xml .md .srt .docx), anything else: text
+    text = "text"  # plain text: one text a line (a paragraph: split into sentences)
+    html = "html"  # HTML: inline tags kept around the words they wrap; blocks in a file
+    xml = "xml"  # XML (XLIFF-style <x id="1"/> codes): as HTML, nothing void but <x/>
+    markdown = "markdown"  # Markdown: emphasis, links, code spans kept; code blocks untouched
+    srt = "srt"  # SubRip subtitles (a file): numbers and timings untouched
+    docx = "docx"  # Word (a file): runs, styles and the rest of the package untouched
+
+
+# the protected spans a text keeps verbatim (nmt.documents.protect)
+PROTECT_KINDS = ("url", "email", "placeholder", "number")
+
+
+@dataclass
+class TextOptions:
+    """How the decoding commands read text beyond one sentence a line (nmt.documents): the
+    format, sentence splitting, word alignments, protected spans."""
+
+    format: TextFormat = TextFormat.auto
+    # a text (line, HTTP text, block of a file) of several sentences is split into them,
+    # translated in one batch with the others, and rejoined with its own whitespace; a text of
+    # one sentence is translated as it is
+    split_sentences: bool = True
+    # each translation's word alignment to its source, Moses "i-j" over whitespace words
+    alignments: bool = False
+    # spans kept verbatim (lifted out before the search, put back by the alignment): url, email,
+    # placeholder ({name}, %s, {{ var }}), number (any word with a digit); [] = none
+    protect: list[str] = field(default_factory=lambda: list(PROTECT_KINDS))
+    protect_patterns: list[str] = field(default_factory=list)  # regular expressions of your own
+
+    def __post_init__(self) -> None:
+        unknown = [k for k in self.protect if k not in PROTECT_KINDS]
+        if unknown:
+            raise NMTError(
+                f"protect={unknown}: unknown kind(s); the kinds: {', '.join(PROTECT_KINDS)}"
+            )
+        for expression in self.protect_patterns:
+            try:
+                re.compile(expression)
+            except re.error as err:
+                raise NMTError(
+                    f"protect_patterns: {expression!r} is not a regular expression: {err}"
+                ) from None
 
 
 class EnsembleCombine(str, Enum):

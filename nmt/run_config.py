@@ -23,6 +23,8 @@ from nmt.config import (
     ModelConfig,
     Split,
     Strategy,
+    TextFormat,
+    TextOptions,
     TrainConfig,
     TransformerConfig,
     model_schema,
@@ -107,8 +109,28 @@ class CheckpointsConfig:
             )
 
 
+def check_text_modes(cfg: TextOptions, modes: dict[str, bool]) -> None:
+    """A line read as columns (a prefix, constraints) or answered as rows (an n-best list) is one
+    sentence of plain text: refuse text options that would read it otherwise."""
+    given = [name for name, on in modes.items() if on]
+    if not given:
+        return
+    other = [
+        f"format={cfg.format.value}"
+        if cfg.format not in (TextFormat.auto, TextFormat.text)
+        else "",
+        "alignments=true" if cfg.alignments else "",
+    ]
+    other = [o for o in other if o]
+    if other:
+        raise NMTError(
+            f"{' and '.join(other)} with {', '.join(given)}: a line of those is one sentence of "
+            "plain text (its columns, or its n-best rows); drop one or the other"
+        )
+
+
 @dataclass
-class EvaluateRunConfig(CheckpointsConfig):
+class EvaluateRunConfig(TextOptions, CheckpointsConfig):
     split: Split = Split.test
     src_file: str | None = None  # evaluate on these files instead of a data split
     ref_file: str | None = None
@@ -132,11 +154,17 @@ class EvaluateRunConfig(CheckpointsConfig):
     device: str = "auto"
 
     def __post_init__(self) -> None:
+        TextOptions.__post_init__(self)
         _check_device(self.device)
         self.check_ckpts()
         self.progress = _progress(self.progress)
         if self.chunk_lines < 1:
             raise NMTError(f"chunk_lines={self.chunk_lines} must be >= 1")
+        if self.format not in (TextFormat.auto, TextFormat.text):
+            raise NMTError(
+                f"format={self.format.value}: nmt-evaluate scores plain text against plain "
+                "references; translate a document with nmt-translate input=FILE output=FILE"
+            )
         if (self.src_file is None) != (self.ref_file is None):
             raise NMTError("give both src_file and ref_file, or neither")
         self.compare = _paths("compare", self.compare)
@@ -149,7 +177,7 @@ class EvaluateRunConfig(CheckpointsConfig):
 
 
 @dataclass
-class TranslateRunConfig(CheckpointsConfig):
+class TranslateRunConfig(TextOptions, CheckpointsConfig):
     input: str | None = None  # a file; None = stdin (interactive when it is a terminal)
     output: str | None = None  # None = stdout
     decode: DecodeConfig = field(default_factory=DecodeConfig)
@@ -181,12 +209,20 @@ class TranslateRunConfig(CheckpointsConfig):
     device: str = "auto"
 
     def __post_init__(self) -> None:
+        TextOptions.__post_init__(self)
         _check_device(self.device)
         self.check_ckpts()
         self.progress = _progress(self.progress)
         if self.chunk_lines < 1:
             raise NMTError(f"chunk_lines={self.chunk_lines} must be >= 1")
         self.rerank = _paths("rerank", self.rerank)
+        modes = {
+            "nbest_tsv=true": self.nbest_tsv,
+            "prefix_tsv=true": self.prefix_tsv,
+            "constraints_tsv=true": self.constraints_tsv,
+            "rerank": bool(self.rerank),
+        }
+        check_text_modes(self, modes)  # fmt: skip
         if self.rerank_weights is not None and not self.rerank:
             raise NMTError(
                 "rerank_weights needs rerank=[ckpt,...]: the checkpoints that rescore the n-best"
@@ -355,7 +391,7 @@ class PlotRunConfig:
 
 
 @dataclass
-class ServeRunConfig(CheckpointsConfig):
+class ServeRunConfig(TextOptions, CheckpointsConfig):
     host: str = "127.0.0.1"  # 0.0.0.0 to listen on every interface
     port: int = 8000  # 0 = any free port (the URL printed says which)
     decode: DecodeConfig = field(default_factory=DecodeConfig)  # defaults; a request may override
@@ -387,6 +423,7 @@ class ServeRunConfig(CheckpointsConfig):
     device: str = "auto"
 
     def __post_init__(self) -> None:
+        TextOptions.__post_init__(self)
         _check_device(self.device)
         self.check_ckpts()
         if not 0 <= self.port <= 65535:

@@ -18,11 +18,12 @@ LAYERS = {
     "data": 1,
     "models": 1,
     "translation": 2,
-    "training": 3,
-    "serving": 3,
-    "export": 3,
-    "pretrained": 3,
-    "cli": 4,
+    "documents": 3,
+    "training": 4,
+    "serving": 4,
+    "export": 4,
+    "pretrained": 4,
+    "cli": 5,
 }
 # the base: what every job stands on (the issue of the layout: at most 11 modules)
 BASE_MOST = 11

@@ -23,7 +23,7 @@ from test_search import (
     search_batch,
 )
 
-from nmt.cli.translate import format_tree, repl, translate_stream
+from nmt.cli.translate import LineFormat, format_tree, repl, translate_stream
 from nmt.config import DecodeConfig, Strategy
 from nmt.errors import NMTError
 from nmt.run_config import TranslateRunConfig
@@ -247,7 +247,7 @@ def test_the_tree_has_each_hypothesis_with_its_text(translator):
 
 def test_prefix_tsv_keeps_n_lines_and_starts_each_with_its_prefix(translator):
     lines = [f"{SOURCES[0]}\tI see eighty\n", f"{SOURCES[1]}\n", "\tA prefix for nothing\n", "\n"]
-    out = list(translate_stream(translator, lines, prefix_tsv=True))
+    out = list(translate_stream(translator, lines, fmt=LineFormat(prefix_tsv=True)))
     assert len(out) == 4 and out[0].startswith("I see eighty")
     assert out[1] == translator.translate(SOURCES[1:2])[0]
     assert out[2] == out[3] == ""

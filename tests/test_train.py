@@ -257,14 +257,17 @@ def test_interactive_prompt_lists_the_n_best_with_scores(trained, monkeypatch, c
 
 
 def test_nbest_tsv_gives_every_hypothesis_with_its_line_number(trained):
-    from nmt.cli.translate import translate_stream
+    from nmt.cli.translate import LineFormat, translate_stream
     from nmt.config import DecodeConfig, Strategy
     from nmt.translation.translator import Translator
 
     decode = DecodeConfig(strategy=Strategy.beam, beam_size=3, n_best=2)
     translator = Translator.from_checkpoint(trained / "checkpoints" / "best", decode, "cpu")
     lines = ["Er zählt zwölf Katzen.", "", "Ich sehe einundzwanzig rote Äpfel."]
-    rows = [row.split("\t") for row in translate_stream(translator, lines, nbest_tsv=True)]
+    rows = [
+        row.split("\t")
+        for row in translate_stream(translator, lines, fmt=LineFormat(nbest_tsv=True))
+    ]
     assert [(r[0], r[1]) for r in rows] == [
         ("1", "1"),
         ("1", "2"),

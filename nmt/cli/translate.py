@@ -20,9 +20,11 @@ from __future__ import annotations
 import contextlib
 import io
 import itertools
+import json
 import logging
 import os
 import queue
+import socket
 import sys
 import threading
 from collections.abc import Iterable, Iterator
@@ -31,8 +33,11 @@ from pathlib import Path
 from typing import TextIO
 
 from nmt.cli.file_job import FileJob, model_digests, rank_device, show_progress
-from nmt.config import DecodeConfig, Strategy
+from nmt.config import DecodeConfig, Strategy, TextFormat, TextOptions
 from nmt.distributed import Dist, from_environment
+from nmt.documents.alignment import moses
+from nmt.documents.files import DocumentFile, open_document, translate_segments
+from nmt.documents.texts import translate_texts
 from nmt.errors import NMTError
 from nmt.run_config import TranslateRunConfig, flatten
 from nmt.translation.attention_map import format_attention, save_heatmap
@@ -51,28 +56,27 @@ def translate_stream(
     translator: Translator,
     lines: Iterable[str],
     decode: DecodeConfig | None = None,
-    nbest_tsv: bool = False,
-    prefix_tsv: bool = False,
+    fmt: LineFormat | None = None,
     reranker: Reranker | None = None,
-    constraints_tsv: bool = False,
-    tgt_lang: str | None = None,
 ) -> Iterator[str]:
     """Translate an unbounded stream, keeping the order. Yields one line per input line, or
-    with `nbest_tsv` one `line<TAB>rank<TAB>score<TAB>text` row per hypothesis (line and rank
+    with `fmt.nbest_tsv` one `line<TAB>rank<TAB>score<TAB>text` row per hypothesis (line and rank
     from 1; a blank input line gives one row with an empty text). With `prefix_tsv` an input
     line is `source<TAB>prefix` (split at its first tab; no tab: no prefix); with
     `constraints_tsv` it is `source<TAB>phrase<TAB>phrase...`, and every hypothesis of the line
     contains its phrases (`line_request`). With a `reranker` (whose main model is
     `translator`) each line's n-best list is rescored (`nmt.translation.rerank`): the line is its
-    best hypothesis, and the n-best rows are in its order, with its combined score. `tgt_lang`: the
-    target language of a model trained with target tags (`Translator`).
+    best hypothesis, and the n-best rows are in its order, with its combined score. `tgt_lang`:
+    the target language of a model trained with target tags (`Translator`). With `fmt.text`
+    (nmt-translate's: its format, sentence splitting, alignments, protected spans;
+    `nmt.documents.texts`), a plain line is read as that says; without, as one sentence.
 
     Lines are translated as they arrive: whatever has come in (up to CHUNK_LINES) goes to the
     model as soon as one line is there, so an interactive pipe gets each answer at once and a
     file still gets full batches. Sampling waits for full chunks instead: its draws depend on
     how the sentences are batched, and `decode.seed` promises the same samples every run."""
     decode = decode or translator.decode
-    fmt = LineFormat(nbest_tsv, prefix_tsv, constraints_tsv, tgt_lang)
+    fmt = fmt or LineFormat()
     first = 1
     wait_full = decode.strategy == Strategy.sample
     for chunk in arrivals(lines, CHUNK_LINES, wait_full):
@@ -89,6 +93,14 @@ class LineFormat:
     prefix_tsv: bool = False
     constraints_tsv: bool = False
     tgt_lang: str | None = None
+    # how a plain line is read (format, sentences, alignments, protected spans); None: as one
+    # sentence of plain text
+    text: TextOptions | None = None
+
+    @property
+    def plain(self) -> bool:
+        """Whether a line is text alone (not columns, not n-best rows)."""
+        return not (self.nbest_tsv or self.prefix_tsv or self.constraints_tsv)
 
 
 def translate_lines(
@@ -104,6 +116,8 @@ def translate_lines(
     finds no translation for (constraints it cannot meet with the step rules in force) is a
     blank line, with a warning that names it: the other lines are translated as they would be
     without it, and a file job finishes."""
+    if fmt.text is not None and fmt.plain and reranker is None:
+        return _text_lines(translator, lines, first, decode, fmt)
     request = line_request(lines, decode, first, fmt.prefix_tsv, fmt.constraints_tsv, fmt.tgt_lang)
     if reranker is not None:
         found = reranker.candidates(request)
@@ -122,6 +136,24 @@ def translate_lines(
         for n, nbest in enumerate(ranked, first)
         for rank, (text, score) in enumerate(nbest, 1)
     ]
+
+
+def _text_lines(
+    translator: Translator, lines: list[str], first: int, decode: DecodeConfig, fmt: LineFormat
+) -> list[str]:
+    """Plain lines read as `fmt.text` says (`nmt.documents.texts`): each its translation, or with
+    alignments `translation<TAB>alignment`; a line with no translation is blank, and named."""
+    results = translate_texts(translator, lines, decode, fmt.text, fmt.tgt_lang, first)
+    out = []
+    for n, result in enumerate(results, first):
+        if result.failure is not None:
+            log.warning("line %d is not translated (a blank line in the output): %s", n,
+                        result.failure)  # fmt: skip
+        row = result.text
+        if fmt.text.alignments:
+            row += "\t" + moses(result.alignment or [])
+        out.append(row)
+    return out
 
 
 def line_request(
@@ -448,9 +480,17 @@ def translate_main(cfg: TranslateRunConfig) -> None:
         repl(translator, cfg)
         return
     reranker = Reranker.from_command(cfg, translator) if cfg.rerank else None
-    fmt = LineFormat(cfg.nbest_tsv, cfg.prefix_tsv, cfg.constraints_tsv, cfg.tgt_lang)
+    fmt = LineFormat(cfg.nbest_tsv, cfg.prefix_tsv, cfg.constraints_tsv, cfg.tgt_lang, cfg)
     if job:
         translate_file(translator, cfg, fmt, reranker, where)
+        return
+    document = open_document(Path(cfg.input), cfg.format) if cfg.input is not None else None
+    if document is not None:  # a document to standard output, translated whole
+        if document.fmt == TextFormat.docx:
+            raise NMTError(f"input={cfg.input} is a Word file: give output=FILE.docx")
+        done = translate_segments(translator, document.segments(), translator.decode, cfg,
+                                  cfg.tgt_lang)  # fmt: skip
+        sys.stdout.write(document.text.write(done))
         return
     if cfg.input is not None and (cfg.prefix_tsv or cfg.constraints_tsv):
         check_columns(translator, cfg.input, cfg.prefix_tsv, cfg.constraints_tsv, cfg.tgt_lang)
@@ -458,10 +498,7 @@ def translate_main(cfg: TranslateRunConfig) -> None:
     sink = _open_text(cfg.output, "w", sys.stdout)
     read_all = False
     try:
-        lines = translate_stream(
-            translator, source, nbest_tsv=cfg.nbest_tsv, prefix_tsv=cfg.prefix_tsv,
-            reranker=reranker, constraints_tsv=cfg.constraints_tsv, tgt_lang=cfg.tgt_lang,
-        )  # fmt: skip
+        lines = translate_stream(translator, source, fmt=fmt, reranker=reranker)
         for text in lines:
             sink.write(text + "\n")
             sink.flush()  # through a pipe each line leaves now, not when a buffer fills
@@ -495,7 +532,13 @@ def translate_file(
         **{k: getattr(cfg, k) for k in ("tgt_lang", "nbest_tsv", "prefix_tsv", "constraints_tsv")},
         **{k: getattr(cfg, k) for k in ("ckpt_weights", "rerank_weights")},
         "ensemble_combine": cfg.ensemble_combine.value,
+        "text": {k: getattr(cfg, k) for k in ("split_sentences", "alignments", "protect")}
+        | {"format": cfg.format.value, "protect_patterns": list(cfg.protect_patterns)},
     }
+    document = open_document(Path(cfg.input), cfg.format)
+    if document is not None:
+        translate_document(translator, cfg, document, settings, where)
+        return
     job = FileJob(
         Path(cfg.input), Path(cfg.output), settings, cfg.chunk_lines, where,
         show_progress(cfg.progress),
@@ -517,3 +560,43 @@ def translate_file(
 
     job.run(lambda lines, first: translate_lines(translator, lines, first, decode, fmt, reranker),
             check)  # fmt: skip
+
+
+def translate_document(
+    translator: Translator, cfg: TranslateRunConfig, document: DocumentFile, settings: dict,
+    where: Dist,
+) -> None:  # fmt: skip
+    """input=page.html output=page.en.html (and .md, .srt, .docx; `nmt.documents.files`): the
+    document's segments, one JSON string a line in OUTPUT.segments, are the input of a file job
+    like any other (resumable, split among torchrun's processes) whose output, OUTPUT.translated,
+    rank 0 writes into the document, then removes both."""
+    if cfg.nbest_tsv or cfg.prefix_tsv or cfg.constraints_tsv or cfg.rerank or cfg.alignments:
+        raise NMTError(
+            f"input={cfg.input} is a document ({document.fmt.value}): nbest_tsv, prefix_tsv, "
+            "constraints_tsv, rerank and alignments apply to a file of lines (format=text)"
+        )
+    output = Path(cfg.output)
+    segments = output.with_name(output.name + ".segments")
+    translated = output.with_name(output.name + ".translated")
+    # every rank writes the same bytes, under a name of its own renamed into place
+    rows = "".join(json.dumps(list(s), ensure_ascii=False) + "\n" for s in document.segments())
+    staged = segments.with_name(f".{segments.name}.{socket.gethostname()}.{os.getpid()}")
+    staged.write_text(rows, encoding="utf-8")
+    os.replace(staged, segments)
+    decode = translator.decode
+    job = FileJob(
+        segments, translated, settings, cfg.chunk_lines, where, show_progress(cfg.progress)
+    )
+
+    def translate(lines: list[str], first: int) -> list[str]:
+        found = [tuple(json.loads(line)) for line in lines]
+        found = [(text, TextFormat(fmt)) for text, fmt in found]
+        done = translate_segments(translator, found, decode, cfg, cfg.tgt_lang, first)
+        return [json.dumps(t, ensure_ascii=False) for t in done]
+
+    job.run(translate)
+    if where.main:
+        with open(translated, encoding="utf-8") as rows_out:
+            document.write([json.loads(line) for line in rows_out], output)
+        translated.unlink()
+        segments.unlink(missing_ok=True)

@@ -43,13 +43,17 @@ from starlette.staticfiles import StaticFiles
 
 from nmt.checkpoint import Checkpoint, load_checkpoint
 from nmt.config import Strategy
+from nmt.documents.blocks import Plan, finish_blocks, plan_blocks
+from nmt.documents.texts import read_block
 from nmt.errors import NMTError
 from nmt.run_config import ServeRunConfig, flatten
 from nmt.serving.batching import Batcher, QueueFull
 from nmt.serving.protocol import (
+    Asked,
     BadRequest,
     check_request,
     describe_model,
+    document_json,
     light,
     map_size,
     parse_request,
@@ -59,7 +63,8 @@ from nmt.serving.protocol import (
 )
 from nmt.serving.score import parse_score_request, score_costs, scored_json
 from nmt.translation.request import Prepared, PreparedText
-from nmt.translation.translator import Translator
+from nmt.translation.request import Request as TranslateRequest
+from nmt.translation.translator import Translation, Translator
 
 WEB = Path(__file__).resolve().parent / "web"
 log = logging.getLogger(__name__)
@@ -71,6 +76,7 @@ class Item:
 
     text: PreparedText
     request: Prepared  # its request: the settings and banned ids it shares with its batch
+    raw: bool = False  # answered as its Translation (a sentence of a text put back together)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,13 +87,15 @@ class Failed:
     reason: str
 
 
-def decode_batch(translator: Translator, items: list[Item]) -> list[bytes | Failed]:
+def decode_batch(translator: Translator, items: list[Item]) -> list[bytes | Translation | Failed]:
     """The batcher's work, in its worker thread: the texts of requests with the same key
     (`batch_key`: the same settings, banned phrases and what they return; each text carries its
     own prefix, constraints and target tag), searched together. Each result is its translation's
     JSON, written here rather than on the event loop (a tree or attention maps can make
     megabytes, which would hold every other request while they are written), or `Failed` for a
-    text with none: the search of the others does not depend on it."""
+    text with none: the search of the others does not depend on it. A `raw` item's result is its
+    Translation: a sentence of a text split into sentences or carrying markup, put together by
+    the request's handler (`text_results`)."""
     first = items[0].request
     batch = Prepared(
         [item.text for item in items], first.settings, first.banned, attention=first.attention,
@@ -97,6 +105,8 @@ def decode_batch(translator: Translator, items: list[Item]) -> list[bytes | Fail
     return [
         Failed(t.failure)
         if t.failure is not None
+        else t
+        if item.raw
         else _json(
             translation_json(
                 t, item.request.attention, item.request.tree, list(item.text.segment.constraints)
@@ -138,6 +148,53 @@ def _json(content: object) -> bytes:
     return text.encode("utf-8")
 
 
+@dataclasses.dataclass(frozen=True)
+class TextPlan:
+    """A request's texts as blocks of sentences (`nmt.documents.blocks.Plan`) and the request
+    of those sentences that is searched."""
+
+    blocks: Plan
+    request: TranslateRequest
+
+    def text_of(self, sentence: int) -> int:
+        """The index of the text (from 0) a sentence of the searched request belongs to."""
+        count = 0
+        for i, split in enumerate(self.blocks.splits):
+            count += len(split.sentences)
+            if sentence < count:
+                return i
+        return len(self.blocks.splits) - 1
+
+
+def plan_texts(translator: Translator, asked: Asked) -> TextPlan | None:
+    """The sentences to search for a request whose texts are read as its options say (a format,
+    sentence splitting, alignments, protected spans; `nmt.documents`); None when each text is one
+    sentence of plain text with nothing to put back, or the request is one of prefixes or
+    constraints: then it is searched as it came, and answered as it always was."""
+    if asked.options is None:
+        return None
+    options, call = asked.options, asked.request
+    blocks = [read_block(text.strip(), options.format, options) for text in call.texts]
+    plan = plan_blocks(blocks, translator.source_language, options)
+    if plan.simple():
+        return None
+    attention = call.attention or any(plan.aligned)  # an alignment is read off the maps
+    return TextPlan(plan, dataclasses.replace(call, texts=plan.sentences, attention=attention))
+
+
+def text_results(
+    translator: Translator, asked: Asked, plan: TextPlan, found: list[Translation]
+) -> list[bytes]:
+    """Each text's answer put together from its sentences' translations (`document_json`)."""
+    skip = len(translator.tags.ids(asked.request.tgt_lang))
+    results = finish_blocks(plan.blocks, found, skip)
+    call = asked.request
+    return [
+        _json(document_json(text, r, asked.options.alignments, call.attention, call.tree))
+        for text, r in zip(call.texts, results)
+    ]
+
+
 def batch_key(prepared: Prepared, job_id: int) -> tuple:
     """Requests with equal keys are decoded together: those with the same settings and banned
     phrases (`Prepared.key`), whatever their texts, prefixes, constraints and target languages
@@ -172,17 +229,22 @@ def create_app(translator: Translator, cfg: ServeRunConfig, info: dict) -> Starl
 
     async def translate(request: Request) -> Response:
         asked = parse_request(await read_body(request, body_limit), cfg)
+        # a text split into sentences or carrying markup or protected spans: its sentences are
+        # searched (as the texts of the request) and put back together after; a request of
+        # sentences of plain text is searched as it is
+        plan = plan_texts(translator, asked)
+        call = asked.request if plan is None else plan.request
         # tokenizing and checking take up to a second for the largest request the limits allow
         # (every spelling of 64 long banned phrases): off the event loop, which goes on answering.
         # A light request is checked on it: the hand-over to a thread would cost more than its
         # check. A prefix the model cannot take, or a request over max_request_cost, fails here:
         # a bad request never fails the batch it would have joined
-        check = (translator, asked, cfg.max_request_cost, maps)
-        if light(asked):
+        check = (translator, call, cfg.max_request_cost, maps)
+        if light(call):
             prepared, costs = check_request(*check)
         else:
             prepared, costs = await run_in_threadpool(check_request, *check)
-        items = [Item(text, prepared) for text in prepared.texts]
+        items = [Item(text, prepared, plan is not None) for text in prepared.texts]
         try:
             key = batch_key(prepared, next(counter))
             results = await batcher.submit(key, items, costs, client_of(request))
@@ -193,8 +255,11 @@ def create_app(translator: Translator, cfg: ServeRunConfig, info: dict) -> Starl
             raise BadRequest(422, str(err)) from None
         for i, result in enumerate(results):
             if isinstance(result, Failed):  # this request's own text, by its own number
-                raise BadRequest(422, f"text {prepared.first_line + i}: {result.reason}")
-        settings = {**flatten(asked.decode), "banned": asked.banned_phrases}  # as searched
+                n = i if plan is None else plan.text_of(i)
+                raise BadRequest(422, f"text {prepared.first_line + n}: {result.reason}")
+        if plan is not None:
+            results = await run_in_threadpool(text_results, translator, asked, plan, results)
+        settings = {**flatten(call.decode), "banned": call.banned_phrases}  # as searched
         body = b'{"translations":[' + b",".join(results) + b'],"decode":'
         return Response(body + _json(settings) + b"}", media_type="application/json")
 

@@ -12,7 +12,18 @@ import math
 from starlette.requests import Request as HTTPRequest
 from torch import Tensor
 
-from nmt.config import DecodeConfig, LengthPenalty, RNNConfig, Strategy, TransformerConfig
+from nmt.config import (
+    DecodeConfig,
+    LengthPenalty,
+    RNNConfig,
+    Strategy,
+    TextFormat,
+    TextOptions,
+    TransformerConfig,
+)  # fmt: skip
+from nmt.documents.alignment import moses
+from nmt.documents.blocks import BlockResult
+from nmt.documents.texts import TEXT_FORMATS
 from nmt.errors import NMTError
 from nmt.run_config import ServeRunConfig, TrainRunConfig, flatten
 from nmt.tokenizer import clean
@@ -20,8 +31,8 @@ from nmt.translation.request import Prepared, PreparedText, Request
 from nmt.translation.translator import WARM_UP_TEXT, Translation, Translator
 
 REQUEST_KEYS = (
-    "attention", "banned", "beam_tree", "constraints", "decode", "prefix", "prefixes", "text",
-    "texts", "tgt_lang",
+    "alignments", "attention", "banned", "beam_tree", "constraints", "decode", "format",
+    "prefix", "prefixes", "split_sentences", "text", "texts", "tgt_lang",
 )  # fmt: skip
 # what a request may change; batch_size, max_len_cap and max_src_pieces are the server's limits
 DECODE_KEYS = (
@@ -96,7 +107,7 @@ def no_constant(name: str) -> float:
     raise ValueError(f"{name} is not a number JSON allows")
 
 
-def parse_request(body: bytes, cfg: ServeRunConfig) -> Request:
+def parse_request(body: bytes, cfg: ServeRunConfig) -> Asked:
     """Check a /translate body against the contract and make it a Request (its texts numbered
     "text 1", "text 2", ... in messages); each problem is one BadRequest."""
     try:
@@ -140,13 +151,50 @@ def parse_request(body: bytes, cfg: ServeRunConfig) -> Request:
         if not isinstance(flags[key], bool):
             raise BadRequest(422, f'"{key}" must be true or false, not {_kind(flags[key])}')
     decode = request_decode(cfg.decode, data.get("decode", {}), cfg.max_beam)
+    options = text_options(data, cfg, prefixes is not None or constraints is not None)
     try:
-        return Request(
+        request = Request(
             texts, decode, prefixes, banned, constraints, tgt_lang, flags["attention"],
             flags["beam_tree"], noun="text",
         )  # fmt: skip
     except NMTError as err:
         raise BadRequest(422, str(err)) from None
+    return Asked(request, options)
+
+
+@dataclasses.dataclass(frozen=True)
+class Asked:
+    """A /translate request: its texts and options, and how its texts are read (`options`:
+    format, sentence splitting, alignments; None: each text one sentence of plain text, as a
+    request with prefixes or constraints is)."""
+
+    request: Request
+    options: TextOptions | None
+
+
+def text_options(data: dict, cfg: ServeRunConfig, columns: bool) -> TextOptions | None:
+    """The request's "format", "split_sentences" and "alignments" over the server's; None for a
+    request whose texts carry prefixes or constraints (each one sentence of plain text)."""
+    fmt = data.get("format", cfg.format.value)
+    names = [f.value for f in TEXT_FORMATS]
+    if fmt == TextFormat.auto.value:
+        fmt = TextFormat.text.value
+    if fmt not in names:
+        raise BadRequest(422, f'"format" must be one of {", ".join(names)}, not {fmt!r}'[:300])
+    flags = {}
+    for key in ("split_sentences", "alignments"):
+        flags[key] = data.get(key, getattr(cfg, key))
+        if not isinstance(flags[key], bool):
+            raise BadRequest(422, f'"{key}" must be true or false, not {_kind(flags[key])}')
+    if columns:
+        if fmt != TextFormat.text.value or flags["alignments"]:
+            raise BadRequest(
+                422, '"format" (other than text) and "alignments" do not go with "prefix", '
+                '"prefixes" or "constraints": a text with those is one sentence of plain text',
+            )  # fmt: skip
+        return None
+    return TextOptions(TextFormat(fmt), flags["split_sentences"], flags["alignments"],
+                       list(cfg.protect), list(cfg.protect_patterns))  # fmt: skip
 
 
 def read_tgt_lang(data: dict) -> str | None:
@@ -433,6 +481,26 @@ def translation_json(
                     {"tgt_pieces": pieces, "weights": _weights(m)} for pieces, m in t.nbest_maps
                 ],
             }
+    return out
+
+
+def document_json(
+    source: str, result: BlockResult, alignments: bool, attention: bool, tree: bool
+) -> dict:
+    """A text translated as its sentences (split, or carrying markup or protected spans): its
+    translation with its markup put back, the sum of its sentences' scores, its word alignment
+    when asked, and each sentence as `translation_json` writes it (see docs/serve.md)."""
+    scores = [t.score for t in result.sentences]
+    out = {
+        "source": source,
+        "text": result.text,
+        "score": _number(sum(scores)) if scores else None,
+        "sentences": [translation_json(t, attention, tree) for t in result.sentences],
+    }
+    if alignments:
+        out["alignment"] = moses(result.alignment or [])
+    if result.warnings:
+        out["warnings"] = result.warnings
     return out
 
 

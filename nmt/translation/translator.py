@@ -126,17 +126,20 @@ class Translator:
         lexicon: Lexicon | None = None,
         decode: DecodeConfig | None = None,
         tags: dict[str, str | None] | None = None,
+        source_language: str | None = None,
     ) -> None:
         """`lexicon` (the checkpoint's) is needed by `decode.shortlist` alone; `decode` is what
         a call without settings of its own decodes with (default: greedy). `tags`: target
         language -> the tag piece put before a source to ask for it (`DataConfig.target_tags`:
-        {lang: None} for a model without target tags; None: languages unknown)."""
+        {lang: None} for a model without target tags; None: languages unknown).
+        `source_language`: what it reads (data.src_lang), for splitting text into sentences."""
         self.model = model.eval()
         self.vocabs = vocabs
         self.device = device
         self.lexicon = lexicon
         self.decode = decode or DecodeConfig()
         self.tags = TargetTags(tags, vocabs.src)  # its languages, and each one's ids
+        self.source_language = source_language
         self._checked: DecodeConfig | None = None  # the settings `check` last passed
         self.check(self.decode)
 
@@ -152,7 +155,7 @@ class Translator:
         dev = resolve_device(device)
         return cls(
             restore_model(ckpt, dev), ckpt.vocabs, dev, ckpt.lexicon, decode or ckpt.config.decode,
-            ckpt.config.data.target_tags(),
+            ckpt.config.data.target_tags(), ckpt.config.data.src_lang,
         )  # fmt: skip
 
     @classmethod
@@ -177,7 +180,7 @@ class Translator:
         first = loaded[0]
         return cls(
             model, first.vocabs, dev, first.lexicon, decode or first.config.decode,
-            first.config.data.target_tags(),
+            first.config.data.target_tags(), first.config.data.src_lang,
         )  # fmt: skip
 
     @classmethod

@@ -1,0 +1,85 @@
+"""Word alignments from a translation's cross-attention: which source word each target word
+translates, over whitespace words, as Moses writes them ("0-0 1-2 2-1": source-target).
+
+Each target piece is linked to the source piece it attends to most (Garg et al. 2019 read
+alignments off the attention the same way, without training for them), and a source word and a
+target word are aligned when any of their pieces are. Pieces belong to words by sentencepiece's
+word mark (a piece that starts with "▁" starts a word); the target tag a multilingual model puts
+before the source and the end of sentence belong to none.
+
+Which attention: `layer` (0 .. L-1, negative from the top, None the mean of the layers), the
+mean of its heads, and with `shift` the attention of the step that reads the target piece rather
+than the step that wrote it (a Transformer's decoder attends to the source of the next piece as
+it reads the current one). DEFAULT_LAYER and DEFAULT_SHIFT were chosen by measurement: the
+share of tagged words whose translation lands inside their tags (`scripts/bench_markup.py`,
+docs/documents.md). A recurrent decoder has one layer and one head; `shift` is then read the
+same way.
+"""
+
+from __future__ import annotations
+
+from nmt.translation.translator import Translation
+
+DEFAULT_LAYER = -2  # the penultimate layer (the one layer of a recurrent decoder: -2 -> 0)
+DEFAULT_SHIFT = False
+DEFAULT_BOTH = False
+WORD_START = "\u2581"  # sentencepiece's word mark
+
+
+def piece_words(pieces: list[str], skip_first: int = 0, words: int | None = None) -> list[int]:
+    """The word of each piece (-1 for the first `skip_first` pieces, a target tag, and for the
+    end of sentence "</s>"). With `words` (how many whitespace words the text has), indices are
+    kept below it: a normalisation that split a word in two does not point past the text."""
+    out, word = [], -1
+    for k, piece in enumerate(pieces):
+        if k < skip_first or piece == "</s>":
+            out.append(-1)
+            continue
+        if word < 0 or piece.startswith(WORD_START):
+            word += 1
+        out.append(word if words is None else min(word, words - 1))
+    return out
+
+
+def word_alignment(
+    translation: Translation,
+    skip_source: int = 0,
+    layer: int | None = DEFAULT_LAYER,
+    shift: bool = DEFAULT_SHIFT,
+    head: int | None = None,
+    both: bool = DEFAULT_BOTH,
+) -> list[tuple[int, int]]:
+    """(source word, target word) pairs of a translation, sorted; [] without attention maps.
+    `skip_source`: pieces before the source's own (its target tag). `head`: one head's
+    attention (None: the mean of the layer's heads). `both`: also link each source piece to the
+    target piece that attends to it most (the union of both directions' links)."""
+    maps = translation.maps
+    if maps is None or not translation.tgt_pieces:
+        return []
+    layers, heads = maps.size(1), maps.size(2)
+    index = None if layer is None else max(-layers, min(layer, layers - 1))
+    head = None if head is None else max(-heads, min(head, heads - 1))
+    weights = translation.attention(index, head)  # (T, S)
+    src_words = len(translation.source.split())
+    tgt_words = len(translation.text.split())
+    if not src_words or not tgt_words:
+        return []
+    src = piece_words(translation.src_pieces, skip_source, src_words)
+    tgt = piece_words(translation.tgt_pieces, 0, tgt_words)
+    steps = weights.size(0)
+    rows = [t + 1 if shift and t + 1 < steps else t for t in range(len(tgt))]
+    read = weights[rows]  # (T, S): each target piece's row
+    keep_src = [k for k, s in enumerate(src) if s >= 0]
+    keep_tgt = [k for k, w in enumerate(tgt) if w >= 0]
+    if not keep_src or not keep_tgt:
+        return []
+    sub = read[keep_tgt][:, keep_src]  # (T', S')
+    pairs = {(src[keep_src[int(s)]], tgt[keep_tgt[t]]) for t, s in enumerate(sub.argmax(1))}
+    if both:
+        pairs |= {(src[keep_src[s]], tgt[keep_tgt[int(t)]]) for s, t in enumerate(sub.argmax(0))}
+    return sorted(pairs)
+
+
+def moses(pairs: list[tuple[int, int]]) -> str:
+    """Pairs as Moses writes them: "i-j" source-target, space-separated."""
+    return " ".join(f"{i}-{j}" for i, j in pairs)

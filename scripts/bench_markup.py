@@ -1,0 +1,214 @@
+"""Text beyond sentences, measured on held-out Multi30k: paragraphs, tags, protected spans, and
+what they cost, printed as JSON.
+
+    python scripts/bench_markup.py runs/NAME/checkpoints/best --data ../shared/data/multi30k \\
+        [--lines 200] [--repeats 3]
+
+- `paragraphs`: test2016's sentences joined three a line, translated with sentence splitting and
+  without, against the same sentences one a line (each BLEU against the joined references, its
+  sacreBLEU signature beside it); `lost` counts paragraphs whose translation has fewer than
+  three quarters of the words of the sentence-by-sentence one (a sentence dropped).
+- `tags`: `--lines` test lines with one source word wrapped in <b>...</b>, a word whose
+  translation the training text gives (the target word most often on the same line, Dice
+  >= 0.5) and that the reference holds. `kept` counts outputs with both tags, once each and in
+  order; `inside` the share, among the outputs that hold the word's translation, where it is
+  between the tags; for every attention layer (and the mean of layers), read at the step that
+  writes a piece and at the one that reads it (`shift`): what chose
+  nmt.documents.alignment.DEFAULT_LAYER and DEFAULT_SHIFT.
+- `protected`: `--lines` test lines with a URL, a `{name}` placeholder or a code such as XK-4711
+  put after their third word; `verbatim` counts outputs holding it exactly once.
+- `cost`: the seconds of the paragraphs with splitting against their sentences given one a
+  line; and of the tagged lines against the same lines untagged. Medians of `--repeats`; one
+  torch thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import re
+import statistics
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+from sacrebleu.metrics import BLEU
+
+from nmt.config import TextFormat, TextOptions
+from nmt.data.splits import read_lines
+from nmt.device import describe
+from nmt.documents.alignment import word_alignment
+from nmt.documents.blocks import translate_blocks
+from nmt.documents.inline import lift_markup, place
+from nmt.documents.texts import read_block, translate_texts
+from nmt.translation.translator import Translator
+
+WORD = re.compile(r"[^\W\d_]+")
+
+
+def words(line: str) -> list[str]:
+    return [w.lower() for w in WORD.findall(line)]
+
+
+def dictionary(src: list[str], tgt: list[str], least: int = 20) -> dict[str, str]:
+    """Source word -> the target word most often on the same line (Dice >= 0.5)."""
+    s_count, t_count, both = collections.Counter(), collections.Counter(), collections.Counter()
+    for a, b in zip(src, tgt):
+        sa, sb = set(words(a)), set(words(b))
+        s_count.update(sa)
+        t_count.update(sb)
+        both.update((x, y) for x in sa for y in sb)
+    best: dict[str, tuple[float, str]] = {}
+    for (x, y), c in both.items():
+        if s_count[x] < least:
+            continue
+        dice = 2 * c / (s_count[x] + t_count[y])
+        if dice >= 0.5 and dice > best.get(x, (0.0, ""))[0]:
+            best[x] = (dice, y)
+    return {x: y for x, (_, y) in best.items()}
+
+
+def median_time(work, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def well_formed(text: str) -> bool:
+    return (
+        text.count("<b>") == 1
+        and text.count("</b>") == 1
+        and text.index("<b>") < text.index("</b>")
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("ckpt")
+    parser.add_argument("--data", type=Path, required=True, help="multi30k's files")
+    parser.add_argument("--lines", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    translator = Translator.from_checkpoint(args.ckpt, device="cpu")
+    src = read_lines(args.data / "test_2016_flickr.de")
+    ref = read_lines(args.data / "test_2016_flickr.en")
+    decode = translator.decode
+    report: dict = {"checkpoint": args.ckpt, "machine": describe(torch.device("cpu"))}
+    bleu = BLEU()
+
+    # paragraphs
+    n = len(src) // 3 * 3
+    paragraphs = [" ".join(src[i : i + 3]) for i in range(0, n, 3)]
+    joined_refs = [" ".join(ref[i : i + 3]) for i in range(0, n, 3)]
+    plain = TextOptions(format=TextFormat.text, protect=[])
+    one = [r.text for r in translate_texts(translator, src[:n], decode, plain)]
+    by_sentence = [" ".join(one[i : i + 3]) for i in range(0, n, 3)]
+    rows = {}
+    for wanted in (True, False):
+        options = replace(plain, split_sentences=wanted)
+        out = [r.text for r in translate_texts(translator, paragraphs, decode, options)]
+        lost = sum(len(o.split()) < 0.75 * len(s.split()) for o, s in zip(out, by_sentence))
+        rows["split" if wanted else "unsplit"] = {
+            "bleu": round(bleu.corpus_score(out, [joined_refs]).score, 2),
+            "lost": lost,
+        }
+    rows["one_a_line"] = {"bleu": round(bleu.corpus_score(by_sentence, [joined_refs]).score, 2)}
+    report["paragraphs"] = {
+        "count": len(paragraphs),
+        **rows,
+        "signature": str(bleu.get_signature()),
+    }
+
+    # tags
+    lexicon = dictionary(read_lines(args.data / "train.de"), read_lines(args.data / "train.en"))
+    cases = []
+    for s, r in zip(src, ref):
+        tokens = s.split()
+        for k, token in enumerate(tokens):
+            word = token.strip(".,;:!?\"'").lower()
+            target = lexicon.get(word)
+            if target and target in words(r) and token.strip(".,;:!?\"'") == token[: len(word)]:
+                tagged = tokens[:k] + [f"<b>{token[: len(word)]}</b>{token[len(word) :]}"]
+                cases.append((" ".join(tagged + tokens[k + 1 :]), target))
+                break
+        if len(cases) == args.lines:
+            break
+    html = TextOptions(format=TextFormat.html, protect=[])
+    blocks = [read_block(text, TextFormat.html, html) for text, _ in cases]
+    results = translate_blocks(translator, blocks, decode, html)
+    first_maps = results[0].sentences[0].maps
+    layers, heads = (1, 1) if first_maps is None else (first_maps.size(1), first_maps.size(2))
+    skip = len(translator.tags.ids(None))
+    settings = [(layer, False, None, both) for layer in [*range(layers), None]
+                for both in (False, True)]  # fmt: skip
+    settings += [(layers - 1, True, None, False), (layers - 1, True, None, True)]
+    settings += [(layers - 1, False, h, both) for h in range(heads) for both in (False, True)]
+    variants = {}
+    for layer, shift, head, both in settings:
+        kept = inside = has = width = 0
+        for (_, target), block, result in zip(cases, blocks, results):
+            pairs, src_off, tgt_off = [], 0, 0
+            for t in result.sentences:
+                found = word_alignment(t, skip, layer, shift, head, both)
+                pairs += [(a + src_off, b + tgt_off) for a, b in found]
+                src_off += len(t.source.split())
+                tgt_off += len(t.text.split())
+            out = place(block, result.plain, pairs)
+            kept += well_formed(out)
+            if target in words(result.plain) and well_formed(out):
+                has += 1
+                span = out[out.index("<b>") + 3 : out.index("</b>")]
+                inside += target in words(span)
+                width += len(span.split())
+        name = f"layer {'mean' if layer is None else layer}"
+        name += f" head {head}" if head is not None else ""
+        name += " shift" if shift else ""
+        name += " both directions" if both else ""
+        variants[name] = {
+            "kept": kept, "has_word": has, "inside": round(inside / max(has, 1), 4),
+            "words_between_tags": round(width / max(has, 1), 2),
+        }  # fmt: skip
+    report["tags"] = {"lines": len(cases), "variants": variants}
+
+    # protected spans
+    spans = ["https://example.com/a?b=1", "{name}", "XK-4711", "anna@example.org", "%(count)d"]
+    protected_lines = []
+    for i, s in enumerate(src[: args.lines]):
+        tokens = s.split()
+        span = spans[i % len(spans)]
+        protected_lines.append((" ".join(tokens[:3] + [span] + tokens[3:]), span))
+    options = TextOptions(format=TextFormat.text)
+    out = translate_texts(translator, [t for t, _ in protected_lines], decode, options)
+    verbatim = sum(r.text.count(span) == 1 for r, (_, span) in zip(out, protected_lines))
+    report["protected"] = {"lines": len(protected_lines), "verbatim": verbatim}
+
+    # cost
+    split_on = replace(plain, split_sentences=True)
+    t_paragraphs = median_time(
+        lambda: translate_texts(translator, paragraphs, decode, split_on), args.repeats
+    )
+    t_sentences = median_time(lambda: translator.translate(src[:n], decode=decode), args.repeats)
+    untagged = [lift_markup(text).text for text, _ in cases]
+    t_tagged = median_time(
+        lambda: translate_texts(translator, [t for t, _ in cases], decode, html), args.repeats
+    )
+    t_untagged = median_time(lambda: translator.translate(untagged, decode=decode), args.repeats)
+    report["cost"] = {
+        "paragraphs_s": round(t_paragraphs, 3),
+        "sentences_s": round(t_sentences, 3),
+        "paragraphs_over_sentences": round(t_paragraphs / t_sentences, 3),
+        "tagged_s": round(t_tagged, 3),
+        "untagged_s": round(t_untagged, 3),
+        "tagged_over_untagged": round(t_tagged / t_untagged, 3),
+    }
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,337 @@
+"""Documents without a model: sentences split and rejoined, inline codes lifted and put back
+well-formed, protected spans, and every file format read and written back with an identity
+translation to the same bytes (nmt/documents/)."""
+
+import re
+import zipfile
+
+import docx
+import pytest
+from lxml import etree
+
+from nmt.config import TextFormat, TextOptions
+from nmt.documents import html, markdown, srt
+from nmt.documents.alignment import moses, piece_words
+from nmt.documents.files import open_document
+from nmt.documents.inline import lift_markup, place
+from nmt.documents.segments import wrap
+from nmt.documents.sentences import split
+from nmt.documents.texts import read_block
+from nmt.errors import NMTError
+
+OPTIONS = TextOptions()
+
+
+# --- sentences ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, language, sentences",
+    [
+        ("Ein Hund läuft. Er bellt!", "de", ["Ein Hund läuft.", "Er bellt!"]),
+        ("Dr. Müller kommt um 3.30 Uhr, z. B. heute.", "de", None),  # abbreviations, a number
+        ("He paid $3.50 for it. Then he left.", "en", ["He paid $3.50 for it.", "Then he left."]),
+        ('"Komm her!", rief er. Sie kam.', "de", ['"Komm her!", rief er.', "Sie kam."]),
+        ("Keine Satzzeichen am Ende", "de", None),
+        ("今天天气很好。我们去公园吧！", "zh", ["今天天气很好。", "我们去公园吧！"]),
+        ("Mr. Smith went to Washington.", "en", None),
+        ("The U.S.A. is big. It has 50 states.", "en", ["The U.S.A. is big.", "It has 50 states."]),
+    ],
+)
+def test_the_splitter_cuts_between_sentences_and_nowhere_else(text, language, sentences):
+    parts = split(text, language)
+    assert parts.sentences == (sentences or [text])
+    assert parts.join(parts.sentences) == text  # the text's own whitespace, byte for byte
+
+
+def test_rejoining_keeps_the_whitespace_between_and_around_sentences():
+    text = "  Ein Hund läuft.\tEr bellt!\n\nDie Katze schläft.  "
+    parts = split(text, "de")
+    assert parts.sentences == ["Ein Hund läuft.", "Er bellt!", "Die Katze schläft."]
+    assert parts.join(["A.", "B!", "C."]) == "  A.\tB!\n\nC.  "
+
+
+def test_a_text_of_one_sentence_is_that_text_unchanged():
+    for text in ["Ein Hund läuft.", "  ein hund  ", "", "   ", "Ja"]:
+        assert split(text, "de").sentences == [text]
+        assert split(text, "de").join([text]) == text
+
+
+# --- inline codes ---------------------------------------------------------------------------------
+
+
+def identity(block_text: str) -> list[tuple[int, int]]:
+    return [(i, i) for i in range(len(block_text.split()))]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "Ein <b>Hund</b> läuft.",
+        "Ein <a href=\"https://x.de/?a=1&amp;b=2\" title='>'>Link</a>, hier.",
+        "Zeile eins<br/>Zeile zwei<br>drei",
+        'Ein <x id="1"/> Code <g id="2">mit Text</g>.',
+        "<i>Ganz <b>verschachtelt</b> hier</i>",
+        "Fünf &lt; sechs &amp; sieben",
+        "Ein <b>offener Tag",
+        "<!-- ein Kommentar --> Text",
+    ],
+)
+def test_a_translation_equal_to_its_source_gets_its_codes_back_byte_for_byte(raw):
+    block = lift_markup(raw)
+    assert place(block, block.text, identity(block.text)) == raw
+
+
+# a small hand-made set: source, translation, alignment (source word - target word), expected
+PLACED = [
+    ("Ein <b>Hund</b> läuft.", "A dog runs.", [(0, 0), (1, 1), (2, 2)], "A <b>dog</b> runs."),
+    # reordered: the tag follows its word
+    ("Ich habe <b>gestern</b> gegessen.", "I ate yesterday.", [(0, 0), (1, 1), (2, 2), (3, 1)],
+     "I ate <b>yesterday.</b>"),
+    # a close before punctuation stays before the translation's punctuation
+    ("Komm <i>hier</i>, bitte.", "Come here, please.", [(0, 0), (1, 1), (2, 2)],
+     "Come <i>here</i>, please."),
+    # nested pairs stay nested even when the alignment crosses them
+    ("<i>Ein <b>roter</b> Hund</i> bellt.", "A dog red barks.", [(0, 0), (1, 2), (2, 1), (3, 3)],
+     "<i>A dog <b>red</b></i> barks."),
+    # a point goes after the target word of the source word before it (<br/> parts two words)
+    ("Zeile eins<br/>Zeile zwei", "line one line two", [(0, 0), (1, 1), (2, 2), (3, 3)],
+     "line one<br/> line two"),
+    # a pair whose words are not aligned is kept, empty, where a point would be
+    ("Ein <b>sehr</b> Hund.", "A dog.", [(0, 0), (2, 1)], "A <b></b> dog."),
+    # a link around a URL alone goes with the URL as one unit
+    ('Siehe <a href="u">www.x.de</a> jetzt.', "See now.", [(0, 0), (1, 1)],
+     'See <a href="u">www.x.de</a> now.'),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("raw, translation, pairs, expected", PLACED)
+def test_tags_go_around_the_words_their_words_are_aligned_to(raw, translation, pairs, expected):
+    block = read_block(raw, TextFormat.html, TextOptions(protect=["url"]))
+    assert place(block, translation, pairs) == expected
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_whatever_the_alignment_the_output_is_well_formed_and_keeps_every_tag(seed):
+    import random
+
+    rng = random.Random(seed)
+    raw = '<p>Ein <i>sehr <b>alter</b></i> Hund <br/>und <a href="x">eine <u>Katze</u></a>.</p>'
+    block = lift_markup(raw)
+    words = [f"w{k}" for k in range(rng.randint(1, 9))]
+    translation = " ".join(words)
+    n_src = len(block.text.split())
+    pairs = [(rng.randrange(n_src), rng.randrange(len(words))) for _ in range(rng.randint(0, 12))]
+    out = place(block, translation, pairs)
+    tags = re.findall(r"<[^>]+>", out)
+    assert sorted(tags) == sorted(re.findall(r"<[^>]+>", raw))
+    assert re.sub(r"<[^>]+>", " ", out).split() == words
+    etree.fromstring(f"<root>{out}</root>")  # well-formed: parses as XML
+
+
+def test_markdown_inline_syntax_is_codes_and_plain_words_are_text():
+    block = read_block("Ein *Hund* mit `code` und [Link](http://x.y/a_b) hier_da.",
+                       TextFormat.markdown, OPTIONS)  # fmt: skip
+    assert block.text.split() == ["Ein", "Hund", "mit", "und", "Link", "hier_da."]
+    assert place(block, block.text, identity(block.text)) == block.source
+
+
+# --- protected spans ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "span",
+    ["https://example.com/a?b=1", "info@example.org", "{name}", "{0}", "%s", "%(count)d",
+     "{{ user.name }}", "XK-4711", "3.50", "2024-01-05", "www.nmt.dev"],
+)  # fmt: skip
+def test_protected_spans_are_lifted_out_and_put_back_verbatim(span):
+    block = read_block(f"Bitte {span} lesen", TextFormat.text, OPTIONS)
+    assert span not in block.text
+    assert [c.raw for c in block.codes] == [span]
+    assert place(block, "Please read", [(0, 0), (1, 1)]) == f"Please {span} read"
+
+
+def test_protect_takes_patterns_of_your_own_and_names_a_bad_one():
+    block = read_block("Ticket ABC123 offen", TextFormat.text,
+                       TextOptions(protect=[], protect_patterns=[r"[A-Z]{3}\d+"]))  # fmt: skip
+    assert [c.raw for c in block.codes] == ["ABC123"]
+    with pytest.raises(NMTError, match="not a regular expression"):
+        TextOptions(protect_patterns=["(unclosed"])
+    with pytest.raises(NMTError, match="the kinds: url, email, placeholder, number"):
+        TextOptions(protect=["urls"])
+
+
+# --- alignments -----------------------------------------------------------------------------------
+
+
+def test_pieces_belong_to_words_by_the_word_mark_and_tags_and_eos_to_none():
+    pieces = ["<2en>", "▁Ein", "▁Hun", "d", "▁läuft", ".", "</s>"]
+    assert piece_words(pieces, skip_first=1) == [-1, 0, 1, 1, 2, 2, -1]
+    assert moses([(0, 0), (2, 1)]) == "0-0 2-1"
+
+
+# --- files: an identity translation writes the same bytes -----------------------------------------
+
+HTML = """<!DOCTYPE html>
+<html lang="de"><head><meta charset="utf-8"><title>Ein Titel</title>
+<style>p { color: red }</style><script>var s = "<p>nicht übersetzen</p>";</script></head>
+<body class="x">
+  <h1 id="top">Willkommen &amp; hallo</h1>
+  <p>Ein <b>Hund</b> läuft.
+     Er bellt <a href="https://x.de/?q=1&amp;r=2" title="Titel">laut</a>!</p>
+  <!-- <p>ein Kommentar</p> -->
+  <ul><li>eins</li><li>zwei <img src="a.png" alt="Bild"/> drei</li></ul>
+  <pre>  Code   bleibt </pre><p>42</p>
+  <table><tr><td>Zelle</td><td><code>x = 1</code></td></tr></table>
+</body></html>
+"""
+
+MARKDOWN = """---
+title: Ein Dokument
+---
+# Titel ##
+
+Ein *Hund* läuft hier
+und ein [Link](http://x.y/Pfad "Titel").
+
+> zitierte Zeile
+> zweite Zeile
+
+1. Punkt eins
+2. Punkt **zwei** mit `code`
+
+| Spalte | Andere |
+|:------:|--------|
+| Zelle eins | Zelle zwei |
+
+```python
+print("nicht übersetzen")
+```
+
+    eingerückter Code
+
+<div>HTML-Block</div>
+
+[ref]: http://example.com  "Titel"
+"""
+
+SRT = (
+    "\ufeff1\r\n00:00:01,000 --> 00:00:02,500\r\nEin Hund\r\n<i>läuft.</i>\r\n\r\n"
+    "2\r\n00:00:03,000 --> 00:00:04,000 X1:10 X2:100\r\nEr bellt.\r\n\r\n\r\n"
+    "3\r\n00:00:05,000 --> 00:00:06,000\r\n♪ ♪\r\n"
+)
+
+
+def identity_translations(doc, fmt: TextFormat) -> list[str]:
+    """What an identity translator writes: each segment's block with its codes put back."""
+    out = []
+    for text, seg in zip(doc.texts(), doc.segments):
+        block = read_block(text, seg.fmt, OPTIONS)
+        out.append(place(block, block.text, identity(block.text)))
+    return out
+
+
+@pytest.mark.parametrize(
+    "reader, text, fmt, expected",
+    [
+        (html.read, HTML, TextFormat.html,
+         ["Ein Titel", "Willkommen &amp; hallo", "Ein <b>Hund</b> läuft.\n     Er bellt "
+          '<a href="https://x.de/?q=1&amp;r=2" title="Titel">laut</a>!', "eins",
+          'zwei <img src="a.png" alt="Bild"/> drei', "Zelle"]),
+        (markdown.read, MARKDOWN, TextFormat.markdown,
+         ["Titel", 'Ein *Hund* läuft hier\nund ein [Link](http://x.y/Pfad "Titel").',
+          "zitierte Zeile\nzweite Zeile", "Punkt eins", "Punkt **zwei** mit `code`", "Spalte",
+          "Andere", "Zelle eins", "Zelle zwei"]),
+        (srt.read, SRT, TextFormat.srt, ["Ein Hund\n<i>läuft.</i>", "Er bellt."]),
+    ],
+)  # fmt: skip
+def test_a_file_read_and_written_with_identity_translations_is_the_same_bytes(
+    reader, text, fmt, expected
+):
+    doc = reader(text)
+    assert doc.texts() == expected  # only text is a segment
+    assert doc.write(identity_translations(doc, fmt)) == text
+
+
+def test_a_translation_changes_the_segments_and_nothing_else():
+    doc = html.read(HTML)
+    out = doc.write([f"T{k}" for k in range(len(doc.segments))])
+    again = html.read(out)
+    assert again.texts() == [f"T{k}" for k in range(len(doc.segments))]
+    outside = [HTML[e1:s2] for (_, e1), (s2, _) in
+               zip([(0, 0)] + [s.spans[0] for s in doc.segments],
+                   [s.spans[0] for s in doc.segments] + [(len(HTML), 0)])]  # fmt: skip
+    outside_after = [out[e1:s2] for (_, e1), (s2, _) in
+                     zip([(0, 0)] + [s.spans[0] for s in again.segments],
+                         [s.spans[0] for s in again.segments] + [(len(out), 0)])]  # fmt: skip
+    assert outside == outside_after
+
+
+def test_subtitles_keep_their_line_count_and_markdown_lines_their_prefixes():
+    doc = srt.read(SRT)
+    out = doc.write(["A dog is running down the long street", "He barks."])
+    assert "\r\nA dog is running\r\ndown the long street\r\n\r\n2\r\n" in out
+    doc = markdown.read(MARKDOWN)
+    done = doc.write([t.replace("\n", " ") for t in doc.texts()])  # one line each
+    assert "> zitierte Zeile zweite Zeile\n\n1. Punkt eins" in done
+    assert wrap('Ein <font color="red">roter Hund</font> bellt', 2) == [
+        'Ein <font color="red">roter', 'Hund</font> bellt'
+    ]  # fmt: skip
+
+
+def make_docx(path):
+    document = docx.Document()
+    document.add_heading("Ein Titel", level=1)
+    paragraph = document.add_paragraph("Ein ")
+    paragraph.add_run("Hund").bold = True
+    paragraph.add_run(" läuft & bellt.")
+    table = document.add_table(rows=1, cols=2)
+    table.cell(0, 0).text = "Zelle eins"
+    table.cell(0, 1).text = "42"
+    document.sections[0].header.paragraphs[0].text = "Kopfzeile"
+    document.save(str(path))
+
+
+def xml_parts(path) -> dict[str, bytes]:
+    with zipfile.ZipFile(path) as z:
+        return {n: etree.tostring(etree.fromstring(z.read(n)), method="c14n")
+                for n in z.namelist() if n.endswith(".xml") or n.endswith(".rels")}  # fmt: skip
+
+
+def test_a_word_file_keeps_its_runs_and_every_part_and_takes_translated_text(tmp_path):
+    source = tmp_path / "a.docx"
+    make_docx(source)
+    doc = open_document(source, TextFormat.auto)
+    assert doc.fmt == TextFormat.docx
+    segments = doc.segments()
+    assert segments == [
+        ("Ein Titel", TextFormat.text),
+        ("<r0>Ein </r0><r1>Hund</r1><r2> läuft &amp; bellt.</r2>", TextFormat.xml),
+        ("Zelle eins", TextFormat.text),
+        ("Kopfzeile", TextFormat.text),
+    ]
+    same = tmp_path / "same.docx"
+    blocks = [read_block(t, f, OPTIONS) for t, f in segments]
+    doc.write([place(b, b.text, identity(b.text)) for b in blocks], same)
+    assert xml_parts(same) == xml_parts(source)
+    translated = tmp_path / "en.docx"
+    doc = open_document(source, TextFormat.auto)
+    doc.write(["A title", "<r0>A </r0><r1>dog</r1><r2> runs &amp; barks.</r2>", "Cell one",
+               "Header"], translated)  # fmt: skip
+    out = docx.Document(str(translated))
+    runs = out.paragraphs[1].runs
+    assert [(r.text, bool(r.bold)) for r in runs] == [("A ", False), ("dog", True),
+                                                      (" runs & barks.", False)]  # fmt: skip
+    assert out.tables[0].cell(0, 1).text == "42"
+    assert out.sections[0].header.paragraphs[0].text == "Header"
+
+
+def test_a_file_of_lines_is_not_a_document(tmp_path):
+    (tmp_path / "a.de").write_text("Ein Hund.\n")
+    assert open_document(tmp_path / "a.de", TextFormat.auto) is None
+    assert open_document(tmp_path / "a.de", TextFormat.html) is None  # lines of HTML
+    (tmp_path / "a.html").write_text("<p>Ein Hund.</p>")
+    assert open_document(tmp_path / "a.html", TextFormat.text) is None
+    assert open_document(tmp_path / "a.html", TextFormat.markdown).fmt == TextFormat.markdown
+    with pytest.raises(NMTError, match="no such file"):
+        open_document(tmp_path / "b.html", TextFormat.auto)
