@@ -339,7 +339,12 @@ BAD = [
     ("blank-text", {"text": " \t\n "}, 422, "nothing to translate"),
     ("no-texts", {"texts": []}, 422, "nothing to translate"),
     ("only-blank-texts", {"texts": ["", "  "]}, 422, "nothing to translate"),
-    ("unknown-key", {"text": "a", "beam": 5}, 422, "unknown key(s) beam; valid: attention,"),
+    (
+        "unknown-key",
+        {"text": "a", "beam": 5},
+        422,
+        "unknown key(s) beam; valid: alignments, attention,",
+    ),
     ("unknown-decode-key", {"text": "a", "decode": {"beams": 5}}, 422, "decode.beams; valid"),
     ("decode-not-an-object", {"text": "a", "decode": "beam"}, 422, '"decode" must be an object'),
     ("attention-not-a-bool", {"text": "a", "attention": "yes"}, 422, '"attention" must be true'),

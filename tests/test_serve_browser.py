@@ -501,3 +501,38 @@ def test_must_include_and_must_avoid_phrases(server_url):
         expect(page.locator("#terms-met")).to_be_hidden()
         expect(page.locator("#tree .node .met")).to_have_count(0)
         assert not errors
+
+
+def test_document_mode_translates_paragraphs_renders_markup_and_links_aligned_words(server_url):
+    """Paste two HTML paragraphs (one of two sentences, one with a tag): the page shows each
+    paragraph's translation as POST /translate gives it, the markup rendered as elements (no
+    script), and hovering a target word lights the source words its alignment names."""
+    from playwright.sync_api import expect
+
+    first = "Ich sehe rote Äpfel. Wir kaufen zwölf kleine Bücher."
+    second = "Er sieht <b>grüne</b> Vögel.<script>alert(1)</script>"
+    want = [api(server_url, {"text": t, "format": "html", "alignments": True})
+            for t in (first, second)]  # fmt: skip
+    with browser_page(server_url, 1400) as (page, errors):
+        expect(page.locator("#model")).to_contain_text("de → en")
+        page.locator("#document-text").fill(f"{first}\n\n{second}")
+        page.select_option("#document-format", "html")
+        page.locator("#document-button").click()
+        rendered = page.locator("#document-rendered p")
+        expect(rendered).to_have_count(2, timeout=20_000)
+        expect(rendered.nth(0)).to_have_text(want[0]["text"])
+        assert page.locator("#document-rendered script").count() == 0
+        bold = page.locator("#document-rendered p >> nth=1 >> b")
+        expect(bold).to_have_count(1)
+        assert "<b>" in want[1]["text"] and bold.inner_text() in want[1]["text"]
+        items = page.locator("#document-result li")
+        expect(items).to_have_count(2)
+        links = [p.split("-") for p in want[0]["alignment"].split()]
+        source_word, target_word = (int(x) for x in links[0])
+        target = items.nth(0).locator(".aligned-tgt .word").nth(target_word)
+        target.hover()
+        lit = items.nth(0).locator(".aligned-src .word.linked")
+        expected = sorted({int(s) for s, t in links if int(t) == target_word})
+        expect(lit).to_have_count(len(expected))
+        assert source_word in expected
+        assert not errors, errors

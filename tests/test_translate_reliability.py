@@ -84,13 +84,16 @@ def test_nmt_translate_and_nmt_evaluate_honour_the_cap(gru_ckpt, tmp_path, capsy
     src = tmp_path / "in.de"
     src.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     out = tmp_path / "out.en"
-    assert cli.translate([f"ckpt={gru_ckpt}", f"input={src}", f"output={out}", "device=cpu"]) == 0
+    # split into its sentences the line would be thousands of short ones: the cap is on one text
+    whole = "split_sentences=false"
+    assert cli.translate([f"ckpt={gru_ckpt}", f"input={src}", f"output={out}", "device=cpu",
+                          whole]) == 0  # fmt: skip
     assert len(out.read_text(encoding="utf-8").splitlines()) == 3
     assert "line 2: " in capsys.readouterr().err
     ref = tmp_path / "ref.en"
     ref.write_text("a\nb\nc\n", encoding="utf-8")
     args = [f"ckpt={gru_ckpt}", f"src_file={src}", f"ref_file={ref}", f"out_dir={tmp_path}"]
-    assert cli.evaluate([*args, "decode.max_src_pieces=100", "device=cpu"]) == 0
+    assert cli.evaluate([*args, "decode.max_src_pieces=100", "device=cpu", whole]) == 0
     assert "max_src_pieces=100 " in capsys.readouterr().err
 
 

@@ -20,6 +20,7 @@ from nmt.config import DataConfig
 from nmt.data import corpora
 from nmt.data.splits import Corpus, read_lines, read_split
 from nmt.distributed import Dist, from_environment
+from nmt.documents.texts import translate_texts
 from nmt.errors import NMTError
 from nmt.metrics import Scores, compare, score
 from nmt.run_config import EvaluateRunConfig, flatten
@@ -189,7 +190,20 @@ def _translate(
         "tgt_lang": tgt_lang,
         "ckpt_weights": cfg.ckpt_weights,
         "ensemble_combine": cfg.ensemble_combine.value,
+        "text": {
+            "split_sentences": cfg.split_sentences,
+            "protect": list(cfg.protect),
+            "protect_patterns": list(cfg.protect_patterns),
+        },  # fmt: skip
     }
     job = FileJob(source, target, settings, cfg.chunk_lines, where, show_progress(cfg.progress))
-    job.run(lambda lines, first: translator.translate(lines, first_line=first, tgt_lang=tgt_lang))
+    decode = translator.decode
+
+    def translate(lines: list[str], first: int) -> list[str]:
+        """A line of several sentences split and rejoined, protected spans kept
+        (`nmt.documents.texts`); a line the search cannot translate is blank, and named."""
+        done = translate_texts(translator, lines, decode, cfg, tgt_lang, first)
+        return [r.text for r in done]
+
+    job.run(translate)
     return read_lines(target) if where.main else None

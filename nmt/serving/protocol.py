@@ -13,6 +13,7 @@ from starlette.requests import Request as HTTPRequest
 from torch import Tensor
 
 from nmt.config import (
+    PROTECT_KINDS,
     DecodeConfig,
     LengthPenalty,
     RNNConfig,
@@ -32,7 +33,7 @@ from nmt.translation.translator import WARM_UP_TEXT, Translation, Translator
 
 REQUEST_KEYS = (
     "alignments", "attention", "banned", "beam_tree", "constraints", "decode", "format",
-    "prefix", "prefixes", "split_sentences", "text", "texts", "tgt_lang",
+    "prefix", "prefixes", "protect", "split_sentences", "text", "texts", "tgt_lang",
 )  # fmt: skip
 # what a request may change; batch_size, max_len_cap and max_src_pieces are the server's limits
 DECODE_KEYS = (
@@ -173,7 +174,8 @@ class Asked:
 
 
 def text_options(data: dict, cfg: ServeRunConfig, columns: bool) -> TextOptions | None:
-    """The request's "format", "split_sentences" and "alignments" over the server's; None for a
+    """The request's "format", "split_sentences", "alignments" and "protect" over the server's
+    settings; None for a
     request whose texts carry prefixes or constraints (each one sentence of plain text)."""
     fmt = data.get("format", cfg.format.value)
     names = [f.value for f in TEXT_FORMATS]
@@ -186,6 +188,12 @@ def text_options(data: dict, cfg: ServeRunConfig, columns: bool) -> TextOptions 
         flags[key] = data.get(key, getattr(cfg, key))
         if not isinstance(flags[key], bool):
             raise BadRequest(422, f'"{key}" must be true or false, not {_kind(flags[key])}')
+    protect = data.get("protect", list(cfg.protect))
+    if not isinstance(protect, list) or not all(k in PROTECT_KINDS for k in protect):
+        raise BadRequest(
+            422, f'"protect" must be a list of {", ".join(PROTECT_KINDS)} ([]: none), not '
+            f"{protect!r}"[:300],
+        )  # fmt: skip
     if columns:
         if fmt != TextFormat.text.value or flags["alignments"]:
             raise BadRequest(
@@ -193,8 +201,8 @@ def text_options(data: dict, cfg: ServeRunConfig, columns: bool) -> TextOptions 
                 '"prefixes" or "constraints": a text with those is one sentence of plain text',
             )  # fmt: skip
         return None
-    return TextOptions(TextFormat(fmt), flags["split_sentences"], flags["alignments"],
-                       list(cfg.protect), list(cfg.protect_patterns))  # fmt: skip
+    return TextOptions(TextFormat(fmt), flags["split_sentences"], flags["alignments"], protect,
+                       list(cfg.protect_patterns))  # fmt: skip
 
 
 def read_tgt_lang(data: dict) -> str | None:
@@ -491,10 +499,12 @@ def document_json(
     translation with its markup put back, the sum of its sentences' scores, its word alignment
     when asked, and each sentence as `translation_json` writes it (see docs/serve.md)."""
     scores = [t.score for t in result.sentences]
+    score = _number(sum(scores)) if scores else None
     out = {
         "source": source,
         "text": result.text,
-        "score": _number(sum(scores)) if scores else None,
+        "score": score,
+        "nbest": [{"text": result.text, "score": score}],
         "sentences": [translation_json(t, attention, tree) for t in result.sentences],
     }
     if alignments:

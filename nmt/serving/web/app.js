@@ -88,7 +88,11 @@ async function translate() {
 }
 
 function request(text) {
-  const body = { text, attention: true, decode: decodeSettings() };
+  // the box is one sentence to explore, its attention and tree its own: not split into sentences,
+  // nothing lifted out (the document box below translates text as documents)
+  const body = {
+    text, attention: true, decode: decodeSettings(), split_sentences: false, protect: [],
+  };
   if (ui.tgtLang.value) body.tgt_lang = ui.tgtLang.value; // "" while the menu has no languages
   if (state.prefix) body.prefix = state.prefix;
   if (state.showTree) body.beam_tree = true;
