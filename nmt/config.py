@@ -492,6 +492,9 @@ class TrainConfig:
     early_stopping_patience: int = 0  # validations without improvement; 0 = off
     valid_every: int = 1000  # steps
     valid_bleu: bool = True  # greedy-decode the validation set for BLEU
+    # at the end, fit the confidence calibration on (up to CALIBRATION_SENTENCES of) the valid
+    # split and store it with the best checkpoint (nmt/translation/confidence.py, calibration.json)
+    calibrate: bool = True
     valid_heatmaps: int = 0  # attention PNGs of the first N validation sentences per validation
     log_every: int = 100  # steps
     tensorboard: bool = True  # TensorBoard event files in run_dir (tensorboard --logdir runs)

@@ -132,6 +132,10 @@ def check_text_modes(cfg: TextOptions, modes: dict[str, bool]) -> None:
 @dataclass
 class EvaluateRunConfig(TextOptions, CheckpointsConfig):
     split: Split = Split.test
+    # also judge the translations' confidence (nmt.translation.confidence): Spearman's rho with
+    # sentence chrF, calibration errors, flags; fitted first on the valid split and stored in
+    # the checkpoint as calibration.json when it has none
+    confidence: bool = False
     src_file: str | None = None  # evaluate on these files instead of a data split
     ref_file: str | None = None
     data: DataConfig | None = None  # None = the data config stored in the checkpoint
@@ -207,6 +211,13 @@ class TranslateRunConfig(TextOptions, CheckpointsConfig):
     chunk_lines: int = 1000
     progress: str = "auto"  # auto (when stderr is a terminal), true or false: lines, lines/s, ETA
     device: str = "auto"
+    # each line's confidence (nmt.translation.confidence): columns after its translation, the
+    # probability that it is good, its flags, each word's probability
+    confidence: bool = False
+    review: str | None = None  # with confidence: the lines to check, least confident first
+    # with confidence: a flagged line is translated again with settings against degenerate
+    # output (beam >= 8, no_repeat_ngram=3, repetition_penalty=1.2); the likelier good is kept
+    retry_flagged: bool = False
 
     def __post_init__(self) -> None:
         TextOptions.__post_init__(self)
@@ -215,7 +226,11 @@ class TranslateRunConfig(TextOptions, CheckpointsConfig):
         self.progress = _progress(self.progress)
         if self.chunk_lines < 1:
             raise NMTError(f"chunk_lines={self.chunk_lines} must be >= 1")
-        self.rerank = _paths("rerank", self.rerank)
+        if self.review and self.input is None:
+            raise NMTError("review=FILE lists lines of input=FILE: give input=FILE")
+        if (self.review or self.retry_flagged) and not self.confidence:
+            raise NMTError("review=FILE and retry_flagged=true read each line's confidence: add "
+                           "confidence=true")  # fmt: skip
         modes = {
             "nbest_tsv=true": self.nbest_tsv,
             "prefix_tsv=true": self.prefix_tsv,
@@ -223,6 +238,12 @@ class TranslateRunConfig(TextOptions, CheckpointsConfig):
             "rerank": bool(self.rerank),
         }
         check_text_modes(self, modes)  # fmt: skip
+        given = [name for name, on in modes.items() if on]
+        if self.confidence and given:
+            raise NMTError(
+                f"confidence=true with {', '.join(given)}: confidence is a column of plain "
+                "lines' translations; drop one or the other"
+            )
         if self.rerank_weights is not None and not self.rerank:
             raise NMTError(
                 "rerank_weights needs rerank=[ckpt,...]: the checkpoints that rescore the n-best"

@@ -10,13 +10,14 @@ each in turn): that corpus's split, translated with its target tag, into `<split
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from pathlib import Path
 
 from nmt.checkpoint import load_checkpoint
 from nmt.cli.file_job import FileJob, model_digests, rank_device, show_progress
-from nmt.config import DataConfig
+from nmt.config import DataConfig, Split
 from nmt.data import corpora
 from nmt.data.splits import Corpus, read_lines, read_split
 from nmt.distributed import Dist, from_environment
@@ -26,7 +27,17 @@ from nmt.metrics import Scores, compare, score
 from nmt.run_config import EvaluateRunConfig, flatten
 from nmt.tokenizer import clean
 from nmt.translation.attention_map import save_heatmap, save_heatmap_grid
+from nmt.translation.confidence import (
+    CALIBRATION_FILE,
+    Calibration,
+    fit,
+    measure,
+    quality_report,
+    token_eces,
+)  # fmt: skip
 from nmt.translation.translator import Translator
+
+log = logging.getLogger(__name__)
 
 
 def _out_dir(cfg: EvaluateRunConfig, ckpt_path: Path) -> Path:
@@ -150,6 +161,10 @@ def _evaluate(
         }
     if comparison is not None:
         record["significance"] = comparison.to_dict()
+    judged = None
+    if cfg.confidence:
+        judged = _confidence(cfg, ckpt, translator, sources, hypotheses, references, tgt_lang)
+        record["confidence"] = judged
     (out / f"{name}.scores.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
 
     step = ckpt.payload["step"]
@@ -164,8 +179,36 @@ def _evaluate(
     if comparison is not None:
         print("paired bootstrap resampling against this model's hypotheses (sacreBLEU):")
         print("\n".join(comparison.lines))
+    if judged is not None:
+        print(
+            f"confidence (good: {judged['good']}, {judged['good_share']:.1%} of lines): Spearman "
+            f"{judged['spearman']:.3f} with sentence chrF (TP {judged['spearman_tp']:.3f}), ECE "
+            f"{judged['ece']:.3f}; pieces' ECE {judged['token_ece']:.3f} (uncalibrated "
+            f"{judged['token_ece_t1']:.3f}); the 10% least confident "
+            f"{judged['lowest_10pct_chrf_gap']:.1f} chrF below the rest; "
+            f"{judged['flagged']} flagged"
+        )
     print(f"hypotheses: {out / f'{name}.hyp'}", file=sys.stderr)
     return scores
+
+
+def _confidence(cfg, ckpt, translator, sources, hypotheses, references, tgt_lang) -> dict:
+    """confidence=true: the split's translations judged (`nmt.translation.confidence`), with the
+    checkpoint's calibration, fitted first on the valid split when it has none."""
+    calibration = Calibration.load(ckpt.path)
+    if calibration is None:
+        valid = read_split(cfg.data or ckpt.config.data, Split.valid)
+        log.info("fitting the confidence calibration on the valid split (%d sentences)",
+                 len(valid.src))  # fmt: skip
+        fitted = fit(translator, valid.src, valid.tgt, tgt_lang=tgt_lang)
+        calibration = fitted.calibration
+        calibration.save(ckpt.path)
+        print(f"calibration: fitted on valid ({len(valid.src)} sentences, temperature "
+              f"{calibration.temperature}), saved as {ckpt.path / CALIBRATION_FILE}",
+              file=sys.stderr)  # fmt: skip
+    found = measure(translator, sources, hypotheses, calibration, tgt_lang)
+    eces = token_eces(translator, sources, hypotheses, references, calibration, tgt_lang)
+    return quality_report(found, hypotheses, references, eces)
 
 
 def _translate(

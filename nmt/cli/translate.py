@@ -34,6 +34,7 @@ from typing import TextIO
 
 from nmt.cli.file_job import FileJob, model_digests, rank_device, show_progress
 from nmt.config import DecodeConfig, Strategy, TextFormat, TextOptions
+from nmt.data.splits import read_lines
 from nmt.distributed import Dist, from_environment
 from nmt.documents.alignment import moses
 from nmt.documents.files import DocumentFile, open_document, translate_segments
@@ -41,6 +42,7 @@ from nmt.documents.texts import translate_texts
 from nmt.errors import NMTError
 from nmt.run_config import TranslateRunConfig, flatten
 from nmt.translation.attention_map import format_attention, save_heatmap
+from nmt.translation.confidence import Calibration, Confidence, combine, for_checkpoint, measure
 from nmt.translation.phrases import constraint_ids
 from nmt.translation.request import Request
 from nmt.translation.rerank import Reranker
@@ -96,6 +98,9 @@ class LineFormat:
     # how a plain line is read (format, sentences, alignments, protected spans); None: as one
     # sentence of plain text
     text: TextOptions | None = None
+    # with it, each line's confidence after its translation (nmt.translation.confidence)
+    calibration: Calibration | None = None
+    retry_flagged: bool = False
 
     @property
     def plain(self) -> bool:
@@ -141,9 +146,15 @@ def translate_lines(
 def _text_lines(
     translator: Translator, lines: list[str], first: int, decode: DecodeConfig, fmt: LineFormat
 ) -> list[str]:
-    """Plain lines read as `fmt.text` says (`nmt.documents.texts`): each its translation, or with
-    alignments `translation<TAB>alignment`; a line with no translation is blank, and named."""
+    """Plain lines read as `fmt.text` says (`nmt.documents.texts`): each its translation, then
+    its alignment and its confidence columns when asked; a line with no translation is blank, and
+    named."""
     results = translate_texts(translator, lines, decode, fmt.text, fmt.tgt_lang, first)
+    found = None
+    if fmt.calibration is not None:
+        found = _confidences(translator, results, fmt)
+        if fmt.retry_flagged:
+            _retry(translator, lines, first, decode, fmt, results, found)
     out = []
     for n, result in enumerate(results, first):
         if result.failure is not None:
@@ -152,8 +163,65 @@ def _text_lines(
         row = result.text
         if fmt.text.alignments:
             row += "\t" + moses(result.alignment or [])
+        if found is not None:
+            row += "\t" + confidence_columns(found[n - first])
         out.append(row)
     return out
+
+
+def _confidences(translator: Translator, results: list, fmt: LineFormat) -> list[Confidence]:
+    """Each line's confidence, from its sentences' (one pass over all of them)."""
+    sentences = [t for r in results for t in r.sentences if r.failure is None]
+    sources, texts = [t.source for t in sentences], [t.text for t in sentences]
+    measured = iter(measure(translator, sources, texts, fmt.calibration, fmt.tgt_lang))
+    return [
+        combine([next(measured) for _ in r.sentences] if r.failure is None else []) for r in results
+    ]
+
+
+def _retry(translator, lines, first, decode, fmt, results, found) -> None:
+    """Flagged lines translated again with RETRY's settings; the likelier good one is kept (in
+    place in `results` and `found`)."""
+    flagged = [i for i, c in enumerate(found) if c.flags]
+    if not flagged:
+        return
+    again = replace(decode, **RETRY, beam_size=max(decode.beam_size, 8))
+    redone = translate_texts(translator, [lines[i] for i in flagged], again, fmt.text,
+                             fmt.tgt_lang, first)  # fmt: skip
+    for i, result, confidence in zip(flagged, redone, _confidences(translator, redone, fmt)):
+        if result.failure is None and confidence.sentence > found[i].sentence:
+            results[i], found[i] = result, confidence
+            log.info("line %d: translated again (%s), kept", first + i,
+                     ", ".join(found[i].flags) or "no flag left")  # fmt: skip
+
+
+# a flagged line's second search: one that repeats or runs on is held back from it
+RETRY = {"strategy": Strategy.beam, "no_repeat_ngram": 3, "repetition_penalty": 1.2}
+
+
+REVIEW_BELOW = 0.5  # review=FILE lists the lines less likely good than this, and flagged ones
+
+
+def write_review(path: Path, sources: list[str], rows: list[str], alignments: bool) -> int:
+    """review=FILE: `line<TAB>P(good)<TAB>flags<TAB>source<TAB>translation` of each line to
+    check (P(good) under REVIEW_BELOW, or flagged), least confident first; how many."""
+    column = 2 if alignments else 1  # P(good)'s column in an output row
+    found = []
+    for n, (source, row) in enumerate(zip(sources, rows), 1):
+        cells = row.split("\t")
+        p, flags = float(cells[column]), cells[column + 1]
+        if p < REVIEW_BELOW or flags != "-":
+            found.append((p, n, flags, source, cells[0]))
+    found.sort()
+    text = "".join(f"{n}\t{p:.3f}\t{f}\t{s}\t{t}\n" for p, n, f, s, t in found)
+    Path(path).write_text(text, encoding="utf-8")
+    return len(found)
+
+
+def confidence_columns(c: Confidence) -> str:
+    """P(good), the flags (comma-separated, "-" for none), each word's probability."""
+    words = " ".join(f"{w:.2f}" for w in c.words)
+    return f"{c.sentence:.3f}\t{','.join(c.flags) or '-'}\t{words}"
 
 
 def line_request(
@@ -480,7 +548,9 @@ def translate_main(cfg: TranslateRunConfig) -> None:
         repl(translator, cfg)
         return
     reranker = Reranker.from_command(cfg, translator) if cfg.rerank else None
-    fmt = LineFormat(cfg.nbest_tsv, cfg.prefix_tsv, cfg.constraints_tsv, cfg.tgt_lang, cfg)
+    calibration = for_checkpoint(cfg.ckpts[0]) if cfg.confidence else None
+    fmt = LineFormat(cfg.nbest_tsv, cfg.prefix_tsv, cfg.constraints_tsv, cfg.tgt_lang, cfg,
+                     calibration, cfg.retry_flagged)  # fmt: skip
     if job:
         translate_file(translator, cfg, fmt, reranker, where)
         return
@@ -499,10 +569,15 @@ def translate_main(cfg: TranslateRunConfig) -> None:
     read_all = False
     try:
         lines = translate_stream(translator, source, fmt=fmt, reranker=reranker)
+        rows = []
         for text in lines:
             sink.write(text + "\n")
             sink.flush()  # through a pipe each line leaves now, not when a buffer fills
+            if cfg.review:
+                rows.append(text)
         read_all = True
+        if cfg.review:
+            _review(cfg, read_lines(Path(cfg.input)), rows)
     finally:
         # after an early stop the reader may still be blocked on a pipe: closing the stream would
         # wait for its lock, so the open descriptor is left to the process's exit (a file's reads
@@ -534,6 +609,7 @@ def translate_file(
         "ensemble_combine": cfg.ensemble_combine.value,
         "text": {k: getattr(cfg, k) for k in ("split_sentences", "alignments", "protect")}
         | {"format": cfg.format.value, "protect_patterns": list(cfg.protect_patterns)},
+        **({"confidence": {"retry_flagged": cfg.retry_flagged}} if cfg.confidence else {}),
     }
     document = open_document(Path(cfg.input), cfg.format)
     if document is not None:
@@ -560,6 +636,14 @@ def translate_file(
 
     job.run(lambda lines, first: translate_lines(translator, lines, first, decode, fmt, reranker),
             check)  # fmt: skip
+    if cfg.review and where.main:
+        rows = Path(cfg.output).read_text(encoding="utf-8").split("\n")[:-1]  # tabs and all
+        _review(cfg, read_lines(Path(cfg.input)), rows)
+
+
+def _review(cfg: TranslateRunConfig, sources: list[str], rows: list[str]) -> None:
+    count = write_review(Path(cfg.review), sources, rows, cfg.alignments)
+    print(f"review: {count} of {len(rows)} lines to check, in {cfg.review}", file=sys.stderr)
 
 
 def translate_document(

@@ -62,6 +62,7 @@ from nmt.serving.protocol import (
     translation_json,
 )
 from nmt.serving.score import parse_score_request, score_costs, scored_json
+from nmt.translation.confidence import Calibration, Confidence, for_checkpoint, measure
 from nmt.translation.request import Prepared, PreparedText
 from nmt.translation.request import Request as TranslateRequest
 from nmt.translation.translator import Translation, Translator
@@ -77,6 +78,7 @@ class Item:
     text: PreparedText
     request: Prepared  # its request: the settings and banned ids it shares with its batch
     raw: bool = False  # answered as its Translation (a sentence of a text put back together)
+    confidence: bool = False  # with its confidence (nmt.translation.confidence)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,33 +89,42 @@ class Failed:
     reason: str
 
 
-def decode_batch(translator: Translator, items: list[Item]) -> list[bytes | Translation | Failed]:
+def decode_batch(
+    translator: Translator, items: list[Item], calibration: Calibration | None = None
+) -> list[bytes | tuple | Failed]:
     """The batcher's work, in its worker thread: the texts of requests with the same key
     (`batch_key`: the same settings, banned phrases and what they return; each text carries its
     own prefix, constraints and target tag), searched together. Each result is its translation's
     JSON, written here rather than on the event loop (a tree or attention maps can make
     megabytes, which would hold every other request while they are written), or `Failed` for a
     text with none: the search of the others does not depend on it. A `raw` item's result is its
-    Translation: a sentence of a text split into sentences or carrying markup, put together by
-    the request's handler (`text_results`)."""
+    (Translation, Confidence or None): a sentence of a text split into sentences or carrying
+    markup, put together by the request's handler (`text_results`). Items that ask for their
+    confidence have it measured here, in one pass over the batch (`calibration`)."""
     first = items[0].request
     batch = Prepared(
         [item.text for item in items], first.settings, first.banned, attention=first.attention,
         tree=first.tree, noun="text",
     )  # fmt: skip
     results = translator.run(batch)
-    return [
-        Failed(t.failure)
-        if t.failure is not None
-        else t
-        if item.raw
-        else _json(
-            translation_json(
-                t, item.request.attention, item.request.tree, list(item.text.segment.constraints)
-            )
-        )
-        for t, item in zip(results, items)
-    ]
+    judged: list[Confidence | None] = [None] * len(items)
+    if items[0].confidence and calibration is not None:  # a batch's items ask alike (batch_key)
+        done = [i for i, t in enumerate(results) if t.failure is None]
+        found = measure(translator, [results[i].source for i in done],
+                        [results[i].text for i in done], calibration)  # fmt: skip
+        for i, c in zip(done, found):
+            judged[i] = c
+    out: list[bytes | Translation | Failed | tuple] = []
+    for t, item, c in zip(results, items, judged):
+        if t.failure is not None:
+            out.append(Failed(t.failure))
+        elif item.raw:
+            out.append((t, c))
+        else:
+            constraints = list(item.text.segment.constraints)
+            json_ = translation_json(t, item.request.attention, item.request.tree, constraints, c)
+            out.append(_json(json_))
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,27 +194,31 @@ def plan_texts(translator: Translator, asked: Asked) -> TextPlan | None:
 
 
 def text_results(
-    translator: Translator, asked: Asked, plan: TextPlan, found: list[Translation]
+    translator: Translator, asked: Asked, plan: TextPlan, found: list[tuple]
 ) -> list[bytes]:
-    """Each text's answer put together from its sentences' translations (`document_json`)."""
+    """Each text's answer put together from its sentences' translations and confidences
+    (`document_json`)."""
     skip = len(translator.tags.ids(asked.request.tgt_lang))
-    results = finish_blocks(plan.blocks, found, skip)
-    call = asked.request
-    return [
-        _json(document_json(text, r, asked.options.alignments, call.attention, call.tree))
-        for text, r in zip(call.texts, results)
-    ]
+    results = finish_blocks(plan.blocks, [t for t, _ in found], skip)
+    judged = iter(c for _, c in found)
+    call, out = asked.request, []
+    for text, r in zip(call.texts, results):
+        mine = [next(judged) for _ in r.sentences]
+        confidences = mine if asked.confidence else None
+        out.append(_json(document_json(text, r, asked.options.alignments, call.attention,
+                                       call.tree, confidences)))  # fmt: skip
+    return out
 
 
-def batch_key(prepared: Prepared, job_id: int) -> tuple:
+def batch_key(prepared: Prepared, job_id: int, confidence: bool = False) -> tuple:
     """Requests with equal keys are decoded together: those with the same settings and banned
     phrases (`Prepared.key`), whatever their texts, prefixes, constraints and target languages
     (each rides in its own text's ids), and that ask for the same extras (attention maps, search
-    trees: a request that asks for none never pays for another's). Sampling draws depend on the
-    batch, so a sampling request is never mixed with others: then `seed` gives the same draws
-    every time."""
+    trees, confidence: a request that asks for none never pays for another's). Sampling draws
+    depend on the batch, so a sampling request is never mixed with others: then `seed` gives the
+    same draws every time."""
     sample = prepared.settings.strategy == Strategy.sample
-    return prepared.key, prepared.attention, prepared.tree, job_id if sample else None
+    return prepared.key, prepared.attention, prepared.tree, confidence, job_id if sample else None
 
 
 def create_app(translator: Translator, cfg: ServeRunConfig, info: dict) -> Starlette:
@@ -212,7 +227,7 @@ def create_app(translator: Translator, cfg: ServeRunConfig, info: dict) -> Starl
     def run(key: object, items: list) -> list[bytes]:
         if key[0] == SCORE:
             return score_batch(translator, items)
-        return decode_batch(translator, items)
+        return decode_batch(translator, items, calibration)
 
     batcher = Batcher(
         run, cfg.batch_wait_ms, cfg.max_batch, cfg.batch_cost, cfg.max_queue, cfg.max_queue_cost,
@@ -226,6 +241,7 @@ def create_app(translator: Translator, cfg: ServeRunConfig, info: dict) -> Starl
     limits = {k: getattr(cfg, k) for k in (*names, *queue)}
     info = {**info, "limits": limits}
     maps = map_size(translator)  # what a request's attention maps cost grows with
+    calibration = for_checkpoint(cfg.ckpts[0])
 
     async def translate(request: Request) -> Response:
         asked = parse_request(await read_body(request, body_limit), cfg)
@@ -244,9 +260,11 @@ def create_app(translator: Translator, cfg: ServeRunConfig, info: dict) -> Starl
             prepared, costs = check_request(*check)
         else:
             prepared, costs = await run_in_threadpool(check_request, *check)
-        items = [Item(text, prepared, plan is not None) for text in prepared.texts]
+        items = [
+            Item(text, prepared, plan is not None, asked.confidence) for text in prepared.texts
+        ]
         try:
-            key = batch_key(prepared, next(counter))
+            key = batch_key(prepared, next(counter), asked.confidence)
             results = await batcher.submit(key, items, costs, client_of(request))
         except QueueFull as full:
             headers = {"Retry-After": str(full.retry_after)}

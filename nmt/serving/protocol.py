@@ -28,12 +28,13 @@ from nmt.documents.texts import TEXT_FORMATS
 from nmt.errors import NMTError
 from nmt.run_config import ServeRunConfig, TrainRunConfig, flatten
 from nmt.tokenizer import clean
+from nmt.translation.confidence import Confidence, combine
 from nmt.translation.request import Prepared, PreparedText, Request
 from nmt.translation.translator import WARM_UP_TEXT, Translation, Translator
 
 REQUEST_KEYS = (
-    "alignments", "attention", "banned", "beam_tree", "constraints", "decode", "format",
-    "prefix", "prefixes", "protect", "split_sentences", "text", "texts", "tgt_lang",
+    "alignments", "attention", "banned", "beam_tree", "confidence", "constraints", "decode",
+    "format", "prefix", "prefixes", "protect", "split_sentences", "text", "texts", "tgt_lang",
 )  # fmt: skip
 # what a request may change; batch_size, max_len_cap and max_src_pieces are the server's limits
 DECODE_KEYS = (
@@ -118,6 +119,9 @@ def parse_request(body: bytes, cfg: ServeRunConfig) -> Asked:
     if not isinstance(data, dict):
         raise BadRequest(422, 'the body must be a JSON object, e.g. {"text": "Guten Tag."}')
     check_keys(data, REQUEST_KEYS, "")
+    confidence = data.get("confidence", False)
+    if not isinstance(confidence, bool):
+        raise BadRequest(422, f'"confidence" must be true or false, not {_kind(confidence)}')
     if ("text" in data) == ("texts" in data):
         raise BadRequest(422, 'give "text" (a string) or "texts" (a list of strings), not both')
     if "text" in data:
@@ -160,7 +164,7 @@ def parse_request(body: bytes, cfg: ServeRunConfig) -> Asked:
         )  # fmt: skip
     except NMTError as err:
         raise BadRequest(422, str(err)) from None
-    return Asked(request, options)
+    return Asked(request, options, confidence)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,6 +175,7 @@ class Asked:
 
     request: Request
     options: TextOptions | None
+    confidence: bool = False  # each translation's confidence (nmt.translation.confidence)
 
 
 def text_options(data: dict, cfg: ServeRunConfig, columns: bool) -> TextOptions | None:
@@ -454,7 +459,11 @@ def _weights(maps: Tensor) -> list:
 
 
 def translation_json(
-    t: Translation, attention: bool, tree: bool = False, constraints: list[str] | None = None
+    t: Translation,
+    attention: bool,
+    tree: bool = False,
+    constraints: list[str] | None = None,
+    confidence: Confidence | None = None,
 ) -> dict:
     """One translation as the API returns it (see docs/serve.md)."""
     out = {
@@ -465,6 +474,8 @@ def translation_json(
     }
     if t.warnings:  # this text's own: a source cut to max_src_pieces, a crowded beam
         out["warnings"] = t.warnings
+    if confidence is not None:
+        out["confidence"] = confidence_json(confidence)
     if t.prefix_score is not None:
         out["prefix"] = {"pieces": t.prefix_pieces, "score": _number(t.prefix_score)}
     if constraints:  # where each is met in the best translation, in pieces and in its text
@@ -492,8 +503,23 @@ def translation_json(
     return out
 
 
+def confidence_json(c: Confidence) -> dict:
+    """P(good), the flags, each word's and each piece's probability (docs/confidence.md)."""
+    return {
+        "sentence": round(c.sentence, 4),
+        "flags": c.flags,
+        "words": [round(w, 4) for w in c.words],
+        "pieces": [round(p, 4) for p in c.pieces],
+    }
+
+
 def document_json(
-    source: str, result: BlockResult, alignments: bool, attention: bool, tree: bool
+    source: str,
+    result: BlockResult,
+    alignments: bool,
+    attention: bool,
+    tree: bool,
+    confidences: list[Confidence] | None = None,
 ) -> dict:
     """A text translated as its sentences (split, or carrying markup or protected spans): its
     translation with its markup put back, the sum of its sentences' scores, its word alignment
@@ -505,8 +531,13 @@ def document_json(
         "text": result.text,
         "score": score,
         "nbest": [{"text": result.text, "score": score}],
-        "sentences": [translation_json(t, attention, tree) for t in result.sentences],
+        "sentences": [
+            translation_json(t, attention, tree, confidence=c)
+            for t, c in zip(result.sentences, confidences or [None] * len(result.sentences))
+        ],
     }
+    if confidences is not None:
+        out["confidence"] = confidence_json(combine(confidences))
     if alignments:
         out["alignment"] = moses(result.alignment or [])
     if result.warnings:

@@ -41,6 +41,7 @@ from nmt.models.seq2seq import Seq2Seq
 from nmt.run_config import TrainRunConfig
 from nmt.training.bad_updates import BadUpdates
 from nmt.training.budget import Budget
+from nmt.training.calibration import calibrate
 from nmt.training.loss import batch_loss
 from nmt.training.preemption import StopRequest
 from nmt.training.resume import rng_state, set_rng_state
@@ -506,4 +507,7 @@ def _train(cfg: TrainRunConfig, device: torch.device, where: Dist, started: floa
         trainer = Trainer(cfg, model, data, device, where, started)
         if resume is not None:
             trainer.restore(resume)
-        return trainer.run()
+        best = trainer.run()
+    if cfg.train.calibrate and where.main:
+        calibrate(cfg, best, device)
+    return best

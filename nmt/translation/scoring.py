@@ -115,6 +115,24 @@ def score_ids(
     """The log-probability of each piece of each target (ids without BOS and EOS), then of the
     EOS after it, given its source (ids ending in EOS): len(tgt_ids[i]) + 1 numbers for pair i,
     in input order. `lexicon` gives the shortlists of `cfg.shortlist`."""
+    stats = piece_statistics(model, src_ids, tgt_ids, cfg, device, (1.0,), lexicon, False)
+    return [row[:, 0].tolist() for row in stats]
+
+
+def piece_statistics(
+    model: Seq2Seq,
+    src_ids: list[list[int]],
+    tgt_ids: list[list[int]],
+    cfg: DecodeConfig,
+    device: torch.device,
+    temperatures: tuple[float, ...],
+    lexicon: Lexicon | None = None,
+    entropy: bool = True,
+) -> list[Tensor]:
+    """Per pair (as `score_ids`), a (len(tgt_ids[i]) + 1, K + 1) tensor: each piece's
+    log-probability with the logits divided by each of the K `temperatures`, then (`entropy`)
+    the entropy in nats of the step's distribution at the first of them: what confidence is read
+    from (`nmt.translation.confidence`), in one pass whatever K."""
     if len(src_ids) != len(tgt_ids):
         raise NMTError(f"{len(src_ids)} sources but {len(tgt_ids)} translations")
     if cfg.shortlist and lexicon is None:
@@ -126,19 +144,19 @@ def score_ids(
             "decode.precision=int8 is a setting of the search: scores are computed in fp32 or "
             "bf16 (decode.precision=fp32)"
         )
-    out: list[list[float]] = [[] for _ in src_ids]
+    out: list[Tensor] = [torch.empty(0) for _ in src_ids]
     longest = max((len(s) for s in src_ids), default=0) + 1
     sizes = [(len(t) + 1) * longest + len(s) for s, t in zip(src_ids, tgt_ids)]  # tgt, then src
     with torch.inference_mode(), autocast(device, cfg.precision):
         for index in length_batches(sizes, cfg.batch_size):
             batch = collate(index, src_ids, tgt_ids).to(device)
             lengths = [len(tgt_ids[i]) + 1 for i in index]  # the pieces and EOS
-            log_probs = _target_log_probs(
-                model, batch.src, batch.src_lens, batch.tgt_in, batch.tgt_out, lengths, cfg, lexicon
-            )
-            # one device-to-host copy per batch, then plain Python
-            for i, row in zip(index, log_probs.cpu().split(lengths)):
-                out[i] = row.tolist()
+            stats = _target_log_probs(
+                model, batch.src, batch.src_lens, batch.tgt_in, batch.tgt_out, lengths, cfg,
+                lexicon, temperatures, entropy,
+            )  # fmt: skip
+            for i, rows in zip(index, stats.cpu().split(lengths)):
+                out[i] = rows
     return out
 
 
@@ -151,10 +169,13 @@ def _target_log_probs(
     lengths: list[int],
     cfg: DecodeConfig,
     lexicon: Lexicon | None,
+    temperatures: tuple[float, ...] = (1.0,),
+    with_entropy: bool = False,
 ) -> Tensor:
     """src (B, S), tgt_in (B, T) BOS + target, tgt_out (B, T) target + EOS, padded after each
-    row's `lengths` -> the log-probabilities (N,) of the N real positions of tgt_out, row after
-    row. Real positions are told by length, not by id: a search may produce PAD itself."""
+    row's `lengths` -> (N, K), or (N, K + 1) `with_entropy`: the log-probabilities of the N real
+    positions of tgt_out, row after row, at each of the K temperatures, and the entropy at the
+    first. Real positions are told by length, not by id: a search may produce PAD itself."""
     logits, _ = model(src, src_lens, tgt_in)  # (B, T, V)
     steps = torch.arange(tgt_out.size(1), device=tgt_out.device)
     real = steps < torch.tensor(lengths, device=tgt_out.device).unsqueeze(1)  # (B, T)
@@ -169,8 +190,17 @@ def _target_log_probs(
         target = torch.searchsorted(ids, tgt_out).clamp(max=ids.numel() - 1)  # (B, T) columns
         listed = ids[target] == tgt_out  # a piece outside the batch's shortlist has no column
     # only the real positions: padding costs the output layer, never the softmax
-    log_probs = torch.log_softmax(logits[real].float(), dim=-1)  # (N, V or C), as the search
-    chosen = log_probs.gather(1, target[real].unsqueeze(1)).squeeze(1)  # (N,)
+    real_logits = logits[real].float()  # (N, V or C)
+    index = target[real].unsqueeze(1)  # (N, 1)
+    columns, entropy = [], None
+    for temperature in temperatures:
+        # T = 1 is the search's own softmax, untouched (a division by 1.0 would be the same)
+        scaled = real_logits if temperature == 1.0 else real_logits / temperature
+        log_probs = torch.log_softmax(scaled, dim=-1)  # as the search
+        columns.append(log_probs.gather(1, index).squeeze(1))  # (N,)
+        if with_entropy and entropy is None:
+            entropy = torch.special.entr(log_probs.exp()).sum(-1)  # -p log p, 0 where p is 0
+    chosen = torch.stack(columns, 1)  # (N, K)
     if listed is not None:
-        chosen = chosen.masked_fill(~listed[real], NEG_INF)
-    return chosen
+        chosen = chosen.masked_fill(~listed[real].unsqueeze(1), NEG_INF)
+    return chosen if entropy is None else torch.cat([chosen, entropy.unsqueeze(1)], 1)

@@ -1,0 +1,100 @@
+"""Confidence measured: calibration fitted on a validation split, judged on test splits, flags on
+constructed degenerate outputs, and what it costs, printed as JSON.
+
+    python scripts/bench_confidence.py runs/NAME/checkpoints/best \\
+        --valid-src val.de --valid-ref val.en \\
+        --test-src test_2016_flickr.de --test-ref test_2016_flickr.en [--test-src ...]
+
+- `fit`: the temperature chosen on valid and the pieces' token ECE at 1 and at it.
+- `tests`: per test split, `nmt.translation.confidence.quality_report`: Spearman's rho of the
+  sentence confidence and of TP (mean log-probability per piece) against sentence chrF, the
+  sentence confidence's ECE for "good" (chrF >= 50), the chrF gap of the 10% least confident,
+  the token ECE before and after the temperature.
+- `flags`: on the first test split, the share flagged of constructed repetitions (a bigram of
+  the translation said four more times), copies (the source as its translation), truncations
+  (the first third of the words), of the references (clean by construction: false flags) and
+  of the model's own translations (some of which are degenerate).
+- `cost`: seconds to translate the first test split, and to measure its confidence after,
+  medians of `--repeats`; one torch thread, the checkpoint's decode settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from nmt.data.splits import read_lines
+from nmt.device import describe
+from nmt.translation.confidence import fit, measure, quality_report, token_eces
+from nmt.translation.translator import Translator
+
+
+def median_time(work, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("ckpt")
+    parser.add_argument("--valid-src", type=Path, required=True)
+    parser.add_argument("--valid-ref", type=Path, required=True)
+    parser.add_argument("--test-src", type=Path, action="append", required=True)
+    parser.add_argument("--test-ref", type=Path, action="append", required=True)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    translator = Translator.from_checkpoint(args.ckpt, device="cpu")
+    decode = translator.decode
+    report: dict = {
+        "checkpoint": args.ckpt,
+        "machine": describe(torch.device("cpu")),
+        "decode": {"strategy": decode.strategy.value, "beam_size": decode.beam_size},
+    }
+    fitted = fit(translator, read_lines(args.valid_src), read_lines(args.valid_ref))
+    calibration = fitted.calibration
+    report["fit"] = fitted.report | {"length_bounds": [calibration.flags.low,
+                                                       calibration.flags.high]}  # fmt: skip
+    report["tests"] = {}
+    first = None
+    for src_path, ref_path in zip(args.test_src, args.test_ref):
+        src, ref = read_lines(src_path), read_lines(ref_path)
+        out = translator.translate(src)
+        found = measure(translator, src, out, calibration)
+        eces = token_eces(translator, src, out, ref, calibration)
+        report["tests"][src_path.name] = quality_report(found, out, ref, eces)
+        first = first or (src, out, ref)
+    src, out, ref = first
+    repeated, truncated = [], []
+    for text in out:
+        words = text.split()
+        gram = " ".join(words[1:3]) if len(words) >= 3 else text
+        repeated.append(" ".join([*words[:3], *[gram] * 4, *words[3:]]))
+        truncated.append(" ".join(words[: max(1, len(words) // 3)]))
+    checks = {"repetitions": repeated, "copies": src, "truncations": truncated, "references": ref,
+              "translations": out}  # fmt: skip
+    flags = {}
+    for name, texts in checks.items():
+        found = measure(translator, src, texts, calibration)
+        flags[name] = round(sum(bool(c.flags) for c in found) / len(found), 4)
+    report["flags"] = flags
+    t_translate = median_time(lambda: translator.translate(src), args.repeats)
+    t_confidence = median_time(lambda: measure(translator, src, out, calibration), args.repeats)
+    report["cost"] = {
+        "translate_s": round(t_translate, 3), "confidence_s": round(t_confidence, 3),
+        "confidence_over_translate": round(t_confidence / t_translate, 3),
+    }  # fmt: skip
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
