@@ -535,4 +535,13 @@ def test_document_mode_translates_paragraphs_renders_markup_and_links_aligned_wo
         expected = sorted({int(s) for s, t in links if int(t) == target_word})
         expect(lit).to_have_count(len(expected))
         assert source_word in expected
+        # each translated word coloured by its probability, the paragraph's confidence first
+        first_word = items.nth(0).locator(".aligned-tgt .word").first
+        assert re.search(
+            r"\bp-(very-low|low|mid|high|very-high)\b", first_word.get_attribute("class")
+        )
+        expect(items.nth(0).locator(".confidence-head")).to_contain_text("%")
+        # and under the sentence box's translation
+        page.locator("#source").fill(SENTENCE)
+        expect(page.locator("#confidence")).to_contain_text("Confidence", timeout=20_000)
         assert not errors, errors

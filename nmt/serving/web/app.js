@@ -92,6 +92,7 @@ function request(text) {
   // nothing lifted out (the document box below translates text as documents)
   const body = {
     text, attention: true, decode: decodeSettings(), split_sentences: false, protect: [],
+    confidence: true,
   };
   if (ui.tgtLang.value) body.tgt_lang = ui.tgtLang.value; // "" while the menu has no languages
   if (state.prefix) body.prefix = state.prefix;
@@ -124,6 +125,7 @@ function show(result) {
   document.dispatchEvent(new CustomEvent("nmt:translation", { detail: result }));
   state.chosen = 0;
   showTarget(result ? result.text : "", result ? result.constraints : null);
+  showConfidence(result ? result.confidence : null, result ? result.text : "");
   showPrefix(result);
   drawTree(result);
   ui.nbest.replaceChildren();
@@ -144,6 +146,37 @@ function show(result) {
   }
   setupSelectors();
   choose(0);
+}
+
+// the probability bands a word is coloured by (style.css: .p-very-low ... .p-very-high)
+const CONFIDENCE_BANDS = [[0.1, "p-very-low"], [0.3, "p-low"], [0.5, "p-mid"], [0.8, "p-high"],
+  [Infinity, "p-very-high"]];
+const band = (p) => CONFIDENCE_BANDS.find(([upper]) => p < upper)[1];
+
+// under the translation: how likely it is good (sentence chrF >= 50, docs/confidence.md), its
+// flags, and its words coloured by their probability
+function showConfidence(confidence, text) {
+  const line = $("confidence");
+  if (!confidence || !text) {
+    line.hidden = true;
+    return;
+  }
+  const head = document.createElement("span");
+  head.className = "confidence-head";
+  const flags = confidence.flags.length ? ` · flagged: ${confidence.flags.join(", ")}` : "";
+  head.textContent = `Confidence ${Math.round(confidence.sentence * 100)}%${flags}`;
+  head.title = "the probability that the translation is good (a sentence chrF of 50 or more), " +
+    "calibrated on the validation split";
+  const words = text.split(/\s+/).filter(Boolean).map((word, k) => {
+    const chip = document.createElement("span");
+    const p = confidence.words[k] ?? 1;
+    chip.className = `word ${band(p)}`;
+    chip.textContent = word;
+    chip.title = `${word}: ${p.toFixed(2)}`;
+    return chip;
+  });
+  line.replaceChildren(head, ...words.flatMap((w) => [" ", w]));
+  line.hidden = false;
 }
 
 function choose(rank) {

@@ -5,7 +5,8 @@
 // the whitespace words of the paragraph's text and of its translation, markup left out). The box
 // shows the translation rendered (HTML and Markdown's inline markup as elements, of a few safe
 // kinds: no script, no attribute but a link's target) and, per paragraph, source and translation
-// word by word: hovering or focusing a word lights the words it is aligned to.
+// word by word: hovering or focusing a word lights the words it is aligned to, each translated
+// word coloured by its probability and the paragraph's confidence before them.
 "use strict";
 
 (() => {
@@ -21,6 +22,10 @@
     "SPAN", "SMALL", "MARK"]);
   let sent = 0; // id of the newest request
 
+  const BANDS = [[0.1, "p-very-low"], [0.3, "p-low"], [0.5, "p-mid"], [0.8, "p-high"],
+    [Infinity, "p-very-high"]];
+  const band = (p) => BANDS.find(([upper]) => p < upper)[1];
+
   const paragraphs = (text) => text.split(/\n\s*\n/).map((p) => p.trim()).filter(Boolean);
 
   async function translate() {
@@ -30,7 +35,7 @@
       showError("Paste or type a text first.");
       return;
     }
-    const request = { texts, format: box.format.value, alignments: true };
+    const request = { texts, format: box.format.value, alignments: true, confidence: true };
     if (box.tgtLang.value) request.tgt_lang = box.tgtLang.value;
     box.form.setAttribute("aria-busy", "true");
     let answer, body;
@@ -123,6 +128,17 @@
     const links = (t.alignment || "").split(" ").filter(Boolean).map((p) => p.split("-").map(Number));
     const source = words(sourceWords, "src");
     const target = words(targetWords, "tgt");
+    // each translated word coloured by its probability, the paragraph's confidence before it
+    const confidence = t.confidence;
+    if (confidence) {
+      target.chips.forEach((chip, k) => chip.classList.add(band(confidence.words[k] ?? 1)));
+      const head = document.createElement("span");
+      head.className = "confidence-head";
+      const flags = confidence.flags.length ? `, flagged: ${confidence.flags.join(", ")}` : "";
+      head.textContent = `${Math.round(confidence.sentence * 100)}%${flags}`;
+      head.title = "the probability that the translation is good (sentence chrF >= 50)";
+      target.line.prepend(head, " ");
+    }
     for (const [side, own, other, index] of [["src", source, target, 0], ["tgt", target, source, 1]]) {
       own.chips.forEach((chip, k) => {
         const linked = links.filter((l) => l[index] === k).map((l) => l[1 - index]);
