@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from nmt.config import DecodeConfig, Precision
-from nmt.data.batches import collate
+from nmt.data.batches import Batch, collate
 from nmt.device import autocast
 from nmt.errors import NMTError
 from nmt.lexicon import NO_LEXICON, Lexicon
@@ -151,10 +151,7 @@ def piece_statistics(
         for index in length_batches(sizes, cfg.batch_size):
             batch = collate(index, src_ids, tgt_ids).to(device)
             lengths = [len(tgt_ids[i]) + 1 for i in index]  # the pieces and EOS
-            stats = _target_log_probs(
-                model, batch.src, batch.src_lens, batch.tgt_in, batch.tgt_out, lengths, cfg,
-                lexicon, temperatures, entropy,
-            )  # fmt: skip
+            stats = _target_log_probs(model, batch, lengths, cfg, lexicon, temperatures, entropy)
             for i, rows in zip(index, stats.cpu().split(lengths)):
                 out[i] = rows
     return out
@@ -162,21 +159,19 @@ def piece_statistics(
 
 def _target_log_probs(
     model: Seq2Seq,
-    src: Tensor,
-    src_lens: Tensor,
-    tgt_in: Tensor,
-    tgt_out: Tensor,
+    batch: Batch,
     lengths: list[int],
     cfg: DecodeConfig,
     lexicon: Lexicon | None,
     temperatures: tuple[float, ...] = (1.0,),
     with_entropy: bool = False,
 ) -> Tensor:
-    """src (B, S), tgt_in (B, T) BOS + target, tgt_out (B, T) target + EOS, padded after each
-    row's `lengths` -> (N, K), or (N, K + 1) `with_entropy`: the log-probabilities of the N real
-    positions of tgt_out, row after row, at each of the K temperatures, and the entropy at the
-    first. Real positions are told by length, not by id: a search may produce PAD itself."""
-    logits, _ = model(src, src_lens, tgt_in)  # (B, T, V)
+    """batch.src (B, S), tgt_in (B, T) BOS + target, tgt_out (B, T) target + EOS, padded after
+    each row's `lengths` -> (N, K), or (N, K + 1) `with_entropy`: the log-probabilities of the N
+    real positions of tgt_out, row after row, at each of the K temperatures, and the entropy at
+    the first. Real positions are told by length, not by id: a search may produce PAD itself."""
+    src, tgt_out = batch.src, batch.tgt_out
+    logits, _ = model(src, batch.src_lens, batch.tgt_in)  # (B, T, V)
     steps = torch.arange(tgt_out.size(1), device=tgt_out.device)
     real = steps < torch.tensor(lengths, device=tgt_out.device).unsqueeze(1)  # (B, T)
     target = tgt_out
