@@ -231,6 +231,7 @@ class TranslateRunConfig(TextOptions, CheckpointsConfig):
         if (self.review or self.retry_flagged) and not self.confidence:
             raise NMTError("review=FILE and retry_flagged=true read each line's confidence: add "
                            "confidence=true")  # fmt: skip
+        self.rerank = _paths("rerank", self.rerank)
         modes = {
             "nbest_tsv=true": self.nbest_tsv,
             "prefix_tsv=true": self.prefix_tsv,

@@ -6,7 +6,8 @@
 
 Converts the checkpoint (`nmt-export format=ctranslate2`, into a temporary directory unless
 --ct2-dir names an existing export), reads the split through nmt's data loader (the checkpoint's
-data config, with --data-dir as its local_dir), and translates every source sentence with greedy
+data config, with --data-dir as its local_dir) or the files --src and --ref name (any
+checkpoint, an imported one included), and translates every source sentence with greedy
 search and beam search (--beam-size 5, --length-penalty none or average: the settings that map
 exactly onto CTranslate2; see docs/export.md), both with batches of --batch-size (64) sentences
 sorted by length, on the CPU: nmt's `Translator` with torch's thread count in this process, and a
@@ -56,7 +57,7 @@ from sacrebleu.metrics import BLEU
 
 from nmt.checkpoint import load_checkpoint
 from nmt.config import DecodeConfig, LengthPenalty, Precision, Split, Strategy
-from nmt.data.splits import read_split
+from nmt.data.splits import read_lines, read_split
 from nmt.device import cpu_name
 from nmt.export.ct2 import CT2Translator
 from nmt.export.exporter import export_checkpoint
@@ -104,6 +105,8 @@ def main() -> None:
     parser.add_argument("ckpt", help="a Transformer checkpoint directory")
     parser.add_argument("--data-dir", help="local_dir of the data (default: the checkpoint's)")
     parser.add_argument("--split", default="test", choices=[s.value for s in Split])
+    parser.add_argument("--src", help="sources, one a line: instead of the checkpoint's data")
+    parser.add_argument("--ref", help="their references (with --src)")
     parser.add_argument("--limit", type=int, default=0, help="first N sentences only; 0 = all")
     parser.add_argument("--beam-size", type=int, default=5)
     parser.add_argument("--length-penalty", default="none", choices=["none", "average"])
@@ -128,11 +131,20 @@ def main() -> None:
     threads = torch.get_num_threads()
     ct2_threads = args.ct2_threads or threads
     ckpt = load_checkpoint(args.ckpt)
-    data_cfg = ckpt.config.data
-    if args.data_dir:
-        data_cfg = replace(data_cfg, local_dir=args.data_dir, hub_id=None)
-    corpus = read_split(data_cfg, Split(args.split))
-    sources, references = corpus.src, corpus.tgt
+    if args.src:  # any checkpoint, an import included: it has no data of its own to read
+        if not args.ref:
+            parser.error("--src needs --ref")
+        sources, references = read_lines(Path(args.src)), read_lines(Path(args.ref))
+        if len(sources) != len(references):
+            parser.error(f"--src has {len(sources)} lines, --ref {len(references)}")
+        described = f"{args.src} / {args.ref}"
+    else:
+        data_cfg = ckpt.config.data
+        if args.data_dir:
+            data_cfg = replace(data_cfg, local_dir=args.data_dir, hub_id=None)
+        corpus = read_split(data_cfg, Split(args.split))
+        sources, references = corpus.src, corpus.tgt
+        described = f"{data_cfg.name} {args.split}"
     if args.limit:
         sources, references = sources[: args.limit], references[: args.limit]
 
@@ -227,7 +239,7 @@ def main() -> None:
                 "benchmark": "nmt_vs_ctranslate2",
                 "checkpoint": str(Path(args.ckpt).resolve()),
                 "model": ckpt.config.model.name,
-                "data": f"{data_cfg.name} {args.split} ({len(sources)} sentences)",
+                "data": f"{described} ({len(sources)} sentences)",
                 "batch_size": args.batch_size,
                 "ctranslate2_calls": "one per batch" if args.one_call_per_batch else "per limit",
                 "ctranslate2_compute_types": list(compute_types.values()),

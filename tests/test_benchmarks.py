@@ -110,3 +110,15 @@ def test_bench_ctranslate2_pairs_nmt_and_ctranslate2_at_fp32_and_int8(train_smal
     assert headline["int8_compiled_vs_ct2"] == beam["int8_compiled_vs_ct2"] > 0
     delta = beam["nmt int8 compiled"]["bleu"] - beam["nmt fp32"]["bleu"]
     assert headline["int8_compiled_bleu_delta"] == round(delta, 2)
+
+
+def test_bench_ctranslate2_times_any_checkpoint_on_given_files(train_small, demo_dir):
+    """--src/--ref: no data config is read (an imported model has none to read)."""
+    pytest.importorskip("ctranslate2")
+    report = run_script(
+        "bench_ctranslate2.py", str(train_small("transformer")), "--src",
+        str(demo_dir / "test.de"), "--ref", str(demo_dir / "test.en"), "--data-dir", "/nowhere",
+        "--limit", "8", "--repeats", "1", "--batch-size", "8", "--threads", "1",
+    )  # fmt: skip
+    greedy, beam = report["results"]
+    assert beam["nmt fp32"]["sentences_per_s"] > 0 and beam["fp32_identical_lines"] == "8/8"

@@ -79,6 +79,7 @@ class Item:
     request: Prepared  # its request: the settings and banned ids it shares with its batch
     raw: bool = False  # answered as its Translation (a sentence of a text put back together)
     confidence: bool = False  # with its confidence (nmt.translation.confidence)
+    tgt_lang: str | None = None  # its request's target language (a model with target tags)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,11 +110,13 @@ def decode_batch(
     results = translator.run(batch)
     judged: list[Confidence | None] = [None] * len(items)
     if items[0].confidence and calibration is not None:  # a batch's items ask alike (batch_key)
-        done = [i for i, t in enumerate(results) if t.failure is None]
-        found = measure(translator, [results[i].source for i in done],
-                        [results[i].text for i in done], calibration)  # fmt: skip
-        for i, c in zip(done, found):
-            judged[i] = c
+        for lang in {item.tgt_lang for item in items}:  # one pass per target language
+            done = [i for i, t in enumerate(results) if t.failure is None
+                    and items[i].tgt_lang == lang]  # fmt: skip
+            found = measure(translator, [results[i].source for i in done],
+                            [results[i].text for i in done], calibration, lang)  # fmt: skip
+            for i, c in zip(done, found):
+                judged[i] = c
     out: list[bytes | Translation | Failed | tuple] = []
     for t, item, c in zip(results, items, judged):
         if t.failure is not None:
@@ -260,8 +263,9 @@ def create_app(translator: Translator, cfg: ServeRunConfig, info: dict) -> Starl
             prepared, costs = check_request(*check)
         else:
             prepared, costs = await run_in_threadpool(check_request, *check)
+        raw = plan is not None
         items = [
-            Item(text, prepared, plan is not None, asked.confidence) for text in prepared.texts
+            Item(text, prepared, raw, asked.confidence, call.tgt_lang) for text in prepared.texts
         ]
         try:
             key = batch_key(prepared, next(counter), asked.confidence)
