@@ -335,3 +335,10 @@ def test_a_file_of_lines_is_not_a_document(tmp_path):
     assert open_document(tmp_path / "a.html", TextFormat.markdown).fmt == TextFormat.markdown
     with pytest.raises(NMTError, match="no such file"):
         open_document(tmp_path / "b.html", TextFormat.auto)
+
+
+def test_a_point_before_punctuation_goes_before_the_translations_punctuation():
+    block = read_block("Er fährt Nummer 7.", TextFormat.text, OPTIONS)
+    assert place(block, "He rides number.", [(0, 0), (1, 1), (2, 2)]) == "He rides number 7."
+    block = read_block("Siehe www.nmt.dev, bitte.", TextFormat.text, OPTIONS)
+    assert place(block, "See, please.", [(0, 0), (1, 1)]) == "See www.nmt.dev, please."

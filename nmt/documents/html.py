@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 
 from nmt.config import TextFormat
-from nmt.documents.inline import _TAG
+from nmt.documents.inline import TAG
 from nmt.documents.segments import Document, Segment
 
 BLOCK = {
@@ -35,7 +35,7 @@ BLOCK = {
 VERBATIM = {"script", "style", "pre", "textarea", "svg", "math", "template", "code", "noscript"}
 # what a file holds besides tags and text: a doctype, a processing instruction
 _OTHER = re.compile(r"<![A-Za-z][^>]*>|<\?.*?\?>", re.DOTALL)
-_TOKEN = re.compile(f"{_OTHER.pattern}|{_TAG.pattern}", re.DOTALL)
+_TOKEN = re.compile(f"{_OTHER.pattern}|{TAG.pattern}", re.DOTALL)
 
 
 def read(text: str, xml: bool = False) -> Document:
@@ -85,7 +85,7 @@ def read(text: str, xml: bool = False) -> Document:
 def _tag(match: re.Match) -> tuple[str | None, bool]:
     """(the tag's name in lower case, whether it closes); (None, False) for a comment, CDATA, a
     doctype or a processing instruction."""
-    inner = _TAG.fullmatch(match.group())
+    inner = TAG.fullmatch(match.group())
     if inner is None or inner.group(2) is None:
         return None, False
     return inner.group(2).lower(), bool(inner.group(1))

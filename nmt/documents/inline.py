@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass, field
 
 # a tag as HTML and XML write it (quoted attribute values may hold ">"), a comment, a CDATA section
-_TAG = re.compile(
+TAG = re.compile(
     r"<!--.*?-->|<!\[CDATA\[.*?\]\]>|<(/?)([A-Za-z][\w:.-]*)"
     r"""((?:\s+[^\s=>/]+(?:\s*=\s*(?:"[^"]*"|'[^']*'|[^\s"'>]+))?)*)\s*(/?)>""",
     re.DOTALL,
@@ -73,7 +73,7 @@ def lift_markup(raw: str, xml: bool = False) -> Block:
     void = set() if xml else VOID
     text, codes, at, opened = [], [], [], []  # opened: indices of open codes, by name
     length, end = 0, 0
-    for match in _TAG.finditer(raw):
+    for match in TAG.finditer(raw):
         chunk = html.unescape(raw[end : match.start()])
         text.append(chunk)
         length += len(chunk)
@@ -118,7 +118,7 @@ def _partner(codes: list[Code], opened: list[int], name: str) -> int | None:
 
 
 def _name(raw: str) -> str:
-    match = _TAG.match(raw)
+    match = TAG.match(raw)
     return (match.group(2) or "").lower() if match else ""
 
 
@@ -163,9 +163,10 @@ def place(block: Block, translation: str, pairs: list[tuple[int, int]]) -> str:
                 raw = _apply(held, codes, block.markup)
             word, after = where.point(block.at[k])
             if after:
-                offset, text = target_words[word][1], " " + raw
-                if _glued_left(block, k):
-                    text = raw
+                # before the word's trailing punctuation when the source had the point before
+                # its own ("Nummer 1." -> "number 1.", not "number. 1")
+                offset = _before_trailing(translation, target_words[word], block, k)
+                text = raw if _glued_left(block, k) else " " + raw
             else:
                 offset, text = target_words[word][0], raw + " "
                 if _glued_right(block, k):
@@ -235,11 +236,12 @@ def _covered(block: Block, k: int, where: _Where) -> tuple[int, int] | None:
     return (inside[0], inside[-1]) if inside else None
 
 
-def _before_trailing(text: str, word: tuple[int, int], block: Block, close: int) -> int:
-    """Where a close tag goes in a target word: at its end, or before its trailing punctuation
-    when the source closed before punctuation ("<b>here</b>," -> "<b>hier</b>,")."""
+def _before_trailing(text: str, word: tuple[int, int], block: Block, code: int) -> int:
+    """Where a close tag or a point goes after a target word: at its end, or before its trailing
+    punctuation when the source had the code before punctuation ("<b>here</b>," ->
+    "<b>hier</b>,")."""
     start, end = word
-    offset = block.at[close]
+    offset = block.at[code]
     if offset < len(block.text) and _TRAILING.match(block.text[offset : offset + 1] or " "):
         mark = _TRAILING.search(text[start:end])
         if mark and mark.start() > 0:

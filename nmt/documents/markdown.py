@@ -21,7 +21,7 @@ import re
 from markdown_it import MarkdownIt
 
 from nmt.config import TextFormat
-from nmt.documents.inline import _TAG, Block, Code
+from nmt.documents.inline import TAG, Block, Code
 from nmt.documents.segments import Document, Segment
 
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n.*?^(?:---|\.\.\.)[ \t]*$", re.DOTALL | re.MULTILINE)
@@ -32,7 +32,7 @@ _INLINE = re.compile(
     r"|(?P<autolink><(?:https?|ftp|mailto):[^>\s]+>)"
     r"|(?P<link_open>\[)(?=[^\]]*\](?:\([^)]*\)|\[[^\]]*\]))"
     r"|(?P<link_close>\](?:\([^)]*\)|\[[^\]]*\]))"
-    r"|(?P<tag>" + _TAG.pattern + r")"
+    r"|(?P<tag>" + TAG.pattern + r")"
     r"|(?P<delim>\*\*|__|~~|\*|_)",
     re.DOTALL,
 )
