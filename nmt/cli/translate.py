@@ -20,11 +20,9 @@ from __future__ import annotations
 import contextlib
 import io
 import itertools
-import json
 import logging
 import os
 import queue
-import socket
 import sys
 import threading
 from collections.abc import Iterable, Iterator
@@ -32,17 +30,24 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TextIO
 
+from nmt.cli.confidence_columns import (
+    confidence_columns,
+    line_confidences,
+    retry_flagged,
+    write_review,
+)  # fmt: skip
+from nmt.cli.document_job import translate_document
 from nmt.cli.file_job import FileJob, model_digests, rank_device, show_progress
 from nmt.config import DecodeConfig, Strategy, TextFormat, TextOptions
 from nmt.data.splits import read_lines
 from nmt.distributed import Dist, from_environment
 from nmt.documents.alignment import moses
-from nmt.documents.files import DocumentFile, open_document, translate_segments
+from nmt.documents.files import open_document, translate_segments
 from nmt.documents.texts import translate_texts
 from nmt.errors import NMTError
 from nmt.run_config import TranslateRunConfig, flatten
 from nmt.translation.attention_map import format_attention, save_heatmap
-from nmt.translation.confidence import Calibration, Confidence, combine, for_checkpoint, measure
+from nmt.translation.confidence import Calibration, for_checkpoint
 from nmt.translation.phrases import constraint_ids
 from nmt.translation.request import Request
 from nmt.translation.rerank import Reranker
@@ -152,9 +157,10 @@ def _text_lines(
     results = translate_texts(translator, lines, decode, fmt.text, fmt.tgt_lang, first)
     found = None
     if fmt.calibration is not None:
-        found = _confidences(translator, results, fmt)
+        found = line_confidences(translator, results, fmt.calibration, fmt.tgt_lang)
         if fmt.retry_flagged:
-            _retry(translator, lines, first, decode, fmt, results, found)
+            retry_flagged(translator, lines, first, decode, fmt.text, fmt.calibration,
+                          fmt.tgt_lang, (results, found))  # fmt: skip
     out = []
     for n, result in enumerate(results, first):
         if result.failure is not None:
@@ -167,61 +173,6 @@ def _text_lines(
             row += "\t" + confidence_columns(found[n - first])
         out.append(row)
     return out
-
-
-def _confidences(translator: Translator, results: list, fmt: LineFormat) -> list[Confidence]:
-    """Each line's confidence, from its sentences' (one pass over all of them)."""
-    sentences = [t for r in results for t in r.sentences if r.failure is None]
-    sources, texts = [t.source for t in sentences], [t.text for t in sentences]
-    measured = iter(measure(translator, sources, texts, fmt.calibration, fmt.tgt_lang))
-    return [
-        combine([next(measured) for _ in r.sentences] if r.failure is None else []) for r in results
-    ]
-
-
-def _retry(translator, lines, first, decode, fmt, results, found) -> None:
-    """Flagged lines translated again with RETRY's settings; the likelier good one is kept (in
-    place in `results` and `found`)."""
-    flagged = [i for i, c in enumerate(found) if c.flags]
-    if not flagged:
-        return
-    again = replace(decode, **RETRY, beam_size=max(decode.beam_size, 8))
-    redone = translate_texts(translator, [lines[i] for i in flagged], again, fmt.text,
-                             fmt.tgt_lang, first)  # fmt: skip
-    for i, result, confidence in zip(flagged, redone, _confidences(translator, redone, fmt)):
-        if result.failure is None and confidence.sentence > found[i].sentence:
-            results[i], found[i] = result, confidence
-            log.info("line %d: translated again (%s), kept", first + i,
-                     ", ".join(found[i].flags) or "no flag left")  # fmt: skip
-
-
-# a flagged line's second search: one that repeats or runs on is held back from it
-RETRY = {"strategy": Strategy.beam, "no_repeat_ngram": 3, "repetition_penalty": 1.2}
-
-
-REVIEW_BELOW = 0.5  # review=FILE lists the lines less likely good than this, and flagged ones
-
-
-def write_review(path: Path, sources: list[str], rows: list[str], alignments: bool) -> int:
-    """review=FILE: `line<TAB>P(good)<TAB>flags<TAB>source<TAB>translation` of each line to
-    check (P(good) under REVIEW_BELOW, or flagged), least confident first; how many."""
-    column = 2 if alignments else 1  # P(good)'s column in an output row
-    found = []
-    for n, (source, row) in enumerate(zip(sources, rows), 1):
-        cells = row.split("\t")
-        p, flags = float(cells[column]), cells[column + 1]
-        if p < REVIEW_BELOW or flags != "-":
-            found.append((p, n, flags, source, cells[0]))
-    found.sort()
-    text = "".join(f"{n}\t{p:.3f}\t{f}\t{s}\t{t}\n" for p, n, f, s, t in found)
-    Path(path).write_text(text, encoding="utf-8")
-    return len(found)
-
-
-def confidence_columns(c: Confidence) -> str:
-    """P(good), the flags (comma-separated, "-" for none), each word's probability."""
-    words = " ".join(f"{w:.2f}" for w in c.words)
-    return f"{c.sentence:.3f}\t{','.join(c.flags) or '-'}\t{words}"
 
 
 def line_request(
@@ -644,43 +595,3 @@ def translate_file(
 def _review(cfg: TranslateRunConfig, sources: list[str], rows: list[str]) -> None:
     count = write_review(Path(cfg.review), sources, rows, cfg.alignments)
     print(f"review: {count} of {len(rows)} lines to check, in {cfg.review}", file=sys.stderr)
-
-
-def translate_document(
-    translator: Translator, cfg: TranslateRunConfig, document: DocumentFile, settings: dict,
-    where: Dist,
-) -> None:  # fmt: skip
-    """input=page.html output=page.en.html (and .md, .srt, .docx; `nmt.documents.files`): the
-    document's segments, one JSON string a line in OUTPUT.segments, are the input of a file job
-    like any other (resumable, split among torchrun's processes) whose output, OUTPUT.translated,
-    rank 0 writes into the document, then removes both."""
-    if cfg.nbest_tsv or cfg.prefix_tsv or cfg.constraints_tsv or cfg.rerank or cfg.alignments:
-        raise NMTError(
-            f"input={cfg.input} is a document ({document.fmt.value}): nbest_tsv, prefix_tsv, "
-            "constraints_tsv, rerank and alignments apply to a file of lines (format=text)"
-        )
-    output = Path(cfg.output)
-    segments = output.with_name(output.name + ".segments")
-    translated = output.with_name(output.name + ".translated")
-    # every rank writes the same bytes, under a name of its own renamed into place
-    rows = "".join(json.dumps(list(s), ensure_ascii=False) + "\n" for s in document.segments())
-    staged = segments.with_name(f".{segments.name}.{socket.gethostname()}.{os.getpid()}")
-    staged.write_text(rows, encoding="utf-8")
-    os.replace(staged, segments)
-    decode = translator.decode
-    job = FileJob(
-        segments, translated, settings, cfg.chunk_lines, where, show_progress(cfg.progress)
-    )
-
-    def translate(lines: list[str], first: int) -> list[str]:
-        found = [tuple(json.loads(line)) for line in lines]
-        found = [(text, TextFormat(fmt)) for text, fmt in found]
-        done = translate_segments(translator, found, decode, cfg, cfg.tgt_lang, first)
-        return [json.dumps(t, ensure_ascii=False) for t in done]
-
-    job.run(translate)
-    if where.main:
-        with open(translated, encoding="utf-8") as rows_out:
-            document.write([json.loads(line) for line in rows_out], output)
-        translated.unlink()
-        segments.unlink(missing_ok=True)
