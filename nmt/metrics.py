@@ -15,13 +15,25 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-from collections.abc import Iterator
+import statistics
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 
 from sacrebleu.metrics import BLEU, CHRF, TER
 from sacrebleu.significance import PairedTest
 
 from nmt.errors import NMTError
+
+
+def median_seconds(work: Callable[[], object], repeats: int) -> float:
+    """The median wall-clock seconds of `repeats` calls of `work` (the benchmarks' timer)."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
 def percentiles(

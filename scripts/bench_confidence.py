@@ -22,25 +22,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 from pathlib import Path
 
 import torch
 
 from nmt.data.splits import read_lines
 from nmt.device import describe
+from nmt.metrics import median_seconds
 from nmt.translation.confidence import fit, measure, quality_report, token_eces
 from nmt.translation.translator import Translator
-
-
-def median_time(work, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        work()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -87,8 +77,8 @@ def main() -> None:
         found = measure(translator, src, texts, calibration)
         flags[name] = round(sum(bool(c.flags) for c in found) / len(found), 4)
     report["flags"] = flags
-    t_translate = median_time(lambda: translator.translate(src), args.repeats)
-    t_confidence = median_time(lambda: measure(translator, src, out, calibration), args.repeats)
+    t_translate = median_seconds(lambda: translator.translate(src), args.repeats)
+    t_confidence = median_seconds(lambda: measure(translator, src, out, calibration), args.repeats)
     report["cost"] = {
         "translate_s": round(t_translate, 3), "confidence_s": round(t_confidence, 3),
         "confidence_over_translate": round(t_confidence / t_translate, 3),

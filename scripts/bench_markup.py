@@ -28,8 +28,6 @@ import argparse
 import collections
 import json
 import re
-import statistics
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -43,6 +41,7 @@ from nmt.documents.alignment import word_alignment
 from nmt.documents.blocks import translate_blocks
 from nmt.documents.inline import lift_markup, place
 from nmt.documents.texts import read_block, translate_texts
+from nmt.metrics import median_seconds
 from nmt.translation.translator import Translator
 
 WORD = re.compile(r"[^\W\d_]+")
@@ -68,15 +67,6 @@ def dictionary(src: list[str], tgt: list[str], least: int = 20) -> dict[str, str
         if dice >= 0.5 and dice > best.get(x, (0.0, ""))[0]:
             best[x] = (dice, y)
     return {x: y for x, (_, y) in best.items()}
-
-
-def median_time(work, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        work()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def well_formed(text: str) -> bool:
@@ -190,15 +180,15 @@ def main() -> None:
 
     # cost
     split_on = replace(plain, split_sentences=True)
-    t_paragraphs = median_time(
+    t_paragraphs = median_seconds(
         lambda: translate_texts(translator, paragraphs, decode, split_on), args.repeats
     )
-    t_sentences = median_time(lambda: translator.translate(src[:n], decode=decode), args.repeats)
+    t_sentences = median_seconds(lambda: translator.translate(src[:n], decode=decode), args.repeats)
     untagged = [lift_markup(text).text for text, _ in cases]
-    t_tagged = median_time(
+    t_tagged = median_seconds(
         lambda: translate_texts(translator, [t for t, _ in cases], decode, html), args.repeats
     )
-    t_untagged = median_time(lambda: translator.translate(untagged, decode=decode), args.repeats)
+    t_untagged = median_seconds(lambda: translator.translate(untagged, decode=decode), args.repeats)
     report["cost"] = {
         "paragraphs_s": round(t_paragraphs, 3),
         "sentences_s": round(t_sentences, 3),

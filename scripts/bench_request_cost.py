@@ -27,8 +27,6 @@ import argparse
 import json
 import random
 import re
-import statistics
-import time
 from pathlib import Path
 
 import torch
@@ -36,20 +34,12 @@ import torch
 from nmt.config import DecodeConfig, LengthPenalty, Strategy
 from nmt.data.splits import read_lines
 from nmt.device import describe
+from nmt.metrics import median_seconds
 from nmt.serving.protocol import MAX_BANNED, MAX_CONSTRAINTS, check_request
 from nmt.translation.request import Request
 from nmt.translation.translator import Translator
 
 WORD = re.compile(r"[^\W\d_]{3,}")
-
-
-def median_seconds(work, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        work()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def phrases(words: list[str], count: int, length: int, rng: random.Random) -> list[str]:
