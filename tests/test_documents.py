@@ -342,3 +342,16 @@ def test_a_point_before_punctuation_goes_before_the_translations_punctuation():
     assert place(block, "He rides number.", [(0, 0), (1, 1), (2, 2)]) == "He rides number 7."
     block = read_block("Siehe www.nmt.dev, bitte.", TextFormat.text, OPTIONS)
     assert place(block, "See, please.", [(0, 0), (1, 1)]) == "See www.nmt.dev, please."
+
+
+@pytest.mark.parametrize("text", ["a" * 100_000, "a-" * 50_000, "{{" * 50_000, "[" * 100_000])
+def test_hostile_text_is_read_in_linear_time(text):
+    """A run the patterns could rescan from every character (an e-mail's local part, a code's
+    letters, an unclosed {{, a [ that never closes) is read in well under a second: each match
+    starts only where a span can start and scans a bounded stretch (quadratic, 100,000 characters
+    took tens of seconds)."""
+    import time
+
+    start = time.perf_counter()
+    read_block(text, TextFormat.markdown, OPTIONS)
+    assert time.perf_counter() - start < 2.0
