@@ -59,6 +59,9 @@ class Positions(str, Enum):
     # the same encodings with the sines in the first half of the dimensions, the cosines in the
     # second (Marian, OPUS-MT)
     sinusoidal_halves = "sinusoidal_halves"
+    # fairseq's (NLLB-200, M2M-100): the halves layout with the rates spaced by 1 / (d/2 - 1)
+    # instead of 1 / (d/2), and position p encoded as p + 2 (fairseq counts from padding_idx + 1)
+    sinusoidal_fairseq = "sinusoidal_fairseq"
     learned = "learned"  # trained table of `max_positions` rows
 
 
@@ -297,6 +300,11 @@ class DataConfig:
     # sampling across data.corpora: T = 1 keeps each corpus's own share (weights aside), a larger
     # T flattens the shares toward uniform (multilingual NMT uses T = 5)
     temperature: float = 1.0
+    # a model that names its languages by code pieces (an imported NLLB-200 or M2M-100):
+    # language -> its piece ("deu_Latn" -> "deu_Latn", "de" -> "__de__"). The source language's
+    # code goes before each source, the target's is the first piece of each translation, forced
+    # (`nmt.translation.inputs.TargetTags`); src_lang and tgt_lang are the defaults
+    language_codes: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.hub_id is None and self.local_dir is None and not self._all_have_files():

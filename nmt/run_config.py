@@ -80,6 +80,9 @@ class CheckpointsConfig:
     ensemble_combine: EnsembleCombine = EnsembleCombine.prob  # mean of probabilities or logprob
     # the attention shown (REPL, page, heatmaps): "mean" over members, or a member's index
     ensemble_attention: str = "mean"
+    # the language of the sources, for a model that reads a code for it (an NLLB-200 or M2M-100
+    # import: "deu_Latn", "de"); null = the checkpoint's data.src_lang
+    src_lang: str | None = None
 
     @property
     def ckpts(self) -> list[str]:
@@ -148,6 +151,9 @@ class EvaluateRunConfig(TextOptions, CheckpointsConfig):
     # a model trained on data.corpora: the direction scored, "de-en" (its corpus's split, its
     # target tag; with src_file, the tag alone); null = every direction in turn, each reported
     direction: str | None = None
+    # a model with language codes (an NLLB-200 or M2M-100 import): the language translated into,
+    # "eng_Latn" (with src_lang for the sources'); null = the checkpoint's data.tgt_lang
+    tgt_lang: str | None = None
     # hypothesis files (one path, or a list) compared with this checkpoint's own hypotheses:
     # BLEU, chrF and TER with 95% confidence intervals and paired-bootstrap p-values
     compare: Any = None  # str | list[str] | None (OmegaConf has no union of str and list)

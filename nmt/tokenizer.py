@@ -38,6 +38,9 @@ KEPT_FILES = {"src": "pieces.src.tsv", "tgt": "pieces.tgt.tsv"}
 # an imported Marian model's tokenizer (`MarianVocab`): one sentencepiece model per side and the
 # piece list both share
 MARIAN_FILES = {"src": "source.spm", "tgt": "target.spm", "pieces": "pieces.marian.json"}
+# an imported NLLB-200 / M2M-100 model's: one sentencepiece model for both sides, and the piece
+# list with the ids decoding leaves out (language codes, fairseq's extra specials)
+M2M_FILES = {"spm": "sentencepiece.bpe.model", "pieces": "pieces.m2m.json"}
 SPECIAL_PIECES = ("<pad>", "<unk>", "<s>", "</s>")  # PAD, UNK, BOS, EOS
 _SPACE = re.compile(r"[\s\ufeff]+")  # whitespace, and a byte-order mark left by some editors
 
@@ -154,31 +157,47 @@ class Vocab:
 
 
 class MarianVocab(Vocab):
-    """One side of a Marian model's tokenizer (OPUS-MT, `nmt.pretrained.marian`): the side's own
-    sentencepiece model cuts text into pieces, and a piece list that both sides share gives
-    their ids (Hugging Face's vocab.json, rewritten with nmt's four specials first, as a
-    JSON list: item i is the piece of id i). A piece the list lacks is UNK, and a text that
-    starts with a language code (">>fra<<") keeps it as one piece, as `MarianTokenizer` does.
-    Decoding leaves the specials out. Subword sampling is not offered (`nbest`)."""
+    """An imported model's tokenizer (`nmt.pretrained`): a sentencepiece model cuts text into
+    pieces, and a piece list gives their ids (rewritten with nmt's four specials first: item i
+    is the piece of id i). A piece the list lacks is UNK. Decoding leaves the specials out, and
+    the `hidden` ids too (an NLLB model's language codes). Subword sampling is not offered
+    (`nbest`).
 
-    def __init__(self, path: Path, pieces_path: Path) -> None:
+    Marian (OPUS-MT) has one sentencepiece model per side and one list for both (Hugging Face's
+    vocab.json); a text that starts with a language code (">>fra<<") keeps it as one piece, as
+    `MarianTokenizer` does (`codes_in_text`). NLLB-200 and M2M-100 have one sentencepiece model
+    for both sides (`M2M_FILES`)."""
+
+    def __init__(
+        self,
+        path: Path,
+        pieces_path: Path,
+        list_: list[str] | None = None,
+        hidden: Sequence[int] = (),
+        codes_in_text: bool = True,
+    ) -> None:
         self.path, self.kept_path = Path(path), Path(pieces_path)
         self.kept = None
         self.sp = spm.SentencePieceProcessor()
         try:
             self.sp.Load(str(self.path))
-            self.list = json.loads(self.kept_path.read_text("utf-8"))
+            self.list = list_ or json.loads(self.kept_path.read_text("utf-8"))
         except (OSError, RuntimeError, ValueError) as err:
-            raise NMTError(f"cannot read the Marian tokenizer {self.path}: {err}") from err
+            raise NMTError(f"cannot read the tokenizer {self.path}: {err}") from err
         if tuple(self.list[: EOS + 1]) != SPECIAL_PIECES:
             raise NMTError(f"{self.kept_path} is not a piece list written by nmt")
         self._ids = {piece: i for i, piece in enumerate(self.list)}
+        self.hidden = frozenset(hidden)
+        self.codes_in_text = codes_in_text
 
     def __len__(self) -> int:
         return len(self.list)
 
     def encode(self, texts: list[str]) -> list[list[int]]:
-        codes, rest = zip(*map(_language_code, texts)) if texts else ((), ())
+        if self.codes_in_text:
+            codes, rest = zip(*map(_language_code, texts)) if texts else ((), ())
+        else:
+            codes, rest = [[]] * len(texts), texts
         pieces = _encode(self.sp, list(rest), str)
         ids = self._ids
         return [[ids.get(p, UNK) for p in code + line] for code, line in zip(codes, pieces)]
@@ -193,12 +212,13 @@ class MarianVocab(Vocab):
         return self._ids.get(piece, UNK)
 
     def decode(self, ids: list[list[int]]) -> list[str]:
-        pieces = [[self.list[i] for i in line if i > EOS] for line in ids]
+        hidden = self.hidden
+        pieces = [[self.list[i] for i in line if i > EOS and i not in hidden] for line in ids]
         return [self.sp.DecodePieces(line) for line in pieces]
 
     @cached_property
     def piece_ids(self) -> dict[str, int]:
-        return {piece: i for i, piece in enumerate(self.list) if i > EOS}
+        return {p: i for i, p in enumerate(self.list) if i > EOS and i not in self.hidden}
 
     def digest(self) -> str:
         return hashlib.sha256(self.path.read_bytes() + self.kept_path.read_bytes()).hexdigest()
@@ -486,6 +506,15 @@ def train_vocabs(
 def load_vocabs(directory: Path) -> Vocabs:
     """Load the models written by `train_vocabs` (from a run or a checkpoint directory), pruned
     where `prune_vocabs` left its lists."""
+    if (directory / M2M_FILES["pieces"]).is_file():
+        listed = directory / M2M_FILES["pieces"]
+        try:
+            table = json.loads(listed.read_text("utf-8"))
+        except (OSError, ValueError) as err:
+            raise NMTError(f"cannot read {listed}: {err}") from err
+        vocab = MarianVocab(directory / M2M_FILES["spm"], listed, table["pieces"],
+                            table["hidden"], codes_in_text=False)  # fmt: skip
+        return Vocabs(vocab, vocab)
     if (directory / MARIAN_FILES["pieces"]).is_file():
         pieces = directory / MARIAN_FILES["pieces"]
         return Vocabs(

@@ -1,7 +1,9 @@
-"""Time and memory of `nmt-import` on a Marian model of OPUS-MT's size, printed as JSON.
+"""Time and memory of `nmt-import` on a Marian model of OPUS-MT's size, or an NLLB-200 model of
+nllb-200-distilled-600M's, printed as JSON.
 
     python scripts/bench_import.py                      # a random-weight opus-mt-de-en twin
-    python scripts/bench_import.py --source DIR         # a Marian directory of your own
+    python scripts/bench_import.py --kind nllb          # a random-weight NLLB-600M twin
+    python scripts/bench_import.py --source DIR         # a directory of your own
 
 Without --source, a MarianMTModel with OPUS-MT de-en's shape (6+6 layers, d 512, 8 heads, ff
 2048, swish, 58,101 pieces: 74M parameters) and random weights is saved with `transformers`'
@@ -10,6 +12,10 @@ on the text given by --text (tokenization does not change the import's cost). Ea
 imported --repeats times in a fresh process (`nmt-import`); the figures are the medians of its
 wall time, of its peak resident memory, and of that peak less the peak before the import (the
 interpreter with torch and nmt loaded), beside the size of the weights file.
+
+The NLLB twin (`--kind nllb`: an M2M100ForConditionalGeneration of 12+12 layers, d 1024, 16 heads,
+ff 4096, ReLU, 256,203 pieces: 615M parameters) has a sentencepiece model trained on --text and a
+tokenizer.json listing its pieces, 202 language codes and <mask>, as NLLB's does.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 MEASURE = """
 import resource, sys, time
 from nmt.cli import main
-import nmt.pretrained.marian
+import nmt.pretrained.importer
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 start = time.perf_counter()
 code = main.import_model(sys.argv[1:])
@@ -76,6 +82,52 @@ def opus_twin(out: Path, text: Path, pieces: int) -> None:
     torch.save(model.state_dict(), out / "pytorch_model.bin")
 
 
+def nllb_twin(out: Path, text: Path, pieces: int = 256_000, languages: int = 202) -> None:
+    """A random-weight M2M-100 model of nllb-200-distilled-600M's configuration, in the Hugging
+    Face layout (sentencepiece.bpe.model, tokenizer.json, model.safetensors, pytorch_model.bin)."""
+    import itertools
+    import string
+
+    import sentencepiece as spm
+    import transformers
+
+    out.mkdir(parents=True)
+    lines = text.read_text("utf-8").splitlines()[:20000]
+    spm.SentencePieceTrainer.Train(
+        sentence_iterator=iter(lines), model_prefix=str(out / "sp"), vocab_size=4000,
+        model_type="bpe", num_threads=1, minloglevel=2, hard_vocab_limit=False,
+    )  # fmt: skip
+    (out / "sp.model").rename(out / "sentencepiece.bpe.model")
+    (out / "sp.vocab").unlink()
+    sp = spm.SentencePieceProcessor(model_file=str(out / "sentencepiece.bpe.model"))
+    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
+    for i in range(3, sp.GetPieceSize()):  # fairseq's offset: sentencepiece id + 1
+        vocab[sp.IdToPiece(i)] = i + 1
+    while len(vocab) < pieces:  # NLLB's size: pieces no text here uses
+        vocab[f"▁filler{len(vocab)}"] = len(vocab)
+    names = ["deu_Latn", "eng_Latn"] + [
+        "".join(letters) + "_Latn"
+        for letters in itertools.islice(
+            itertools.product(string.ascii_lowercase, repeat=3), languages - 2
+        )  # fmt: skip
+    ]
+    added = [{"id": i, "content": p, "special": True} for p, i in list(vocab.items())[:4]]
+    added += [{"id": len(vocab) + k, "content": c, "special": True} for k, c in enumerate(names)]
+    added.append({"id": len(vocab) + len(names), "content": "<mask>", "special": True})
+    table = {"added_tokens": added, "model": {"type": "BPE", "vocab": vocab, "merges": []}}
+    (out / "tokenizer.json").write_text(json.dumps(table, ensure_ascii=False), "utf-8")
+    config = transformers.M2M100Config(
+        vocab_size=len(vocab) + len(names) + 1, d_model=1024, encoder_layers=12,
+        decoder_layers=12, encoder_attention_heads=16, decoder_attention_heads=16,
+        encoder_ffn_dim=4096, decoder_ffn_dim=4096, activation_function="relu",
+        max_position_embeddings=1024, pad_token_id=1, eos_token_id=2, bos_token_id=0,
+        decoder_start_token_id=2, scale_embedding=True,
+    )  # fmt: skip
+    model = transformers.M2M100ForConditionalGeneration(config)
+    model.save_pretrained(out)
+    torch.save(model.state_dict(), out / "pytorch_model.bin")
+
+
 def measure(source: Path, repeats: int) -> dict:
     runs = []
     for _ in range(repeats):
@@ -99,7 +151,13 @@ def measure(source: Path, repeats: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--source", type=Path, help="a Marian directory (default: a twin)")
+    parser.add_argument("--source", type=Path, help="a model's directory (default: a twin)")
+    parser.add_argument(
+        "--kind",
+        choices=["marian", "nllb"],
+        default="marian",
+        help="the twin: opus-mt-de-en's shape or nllb-200-distilled-600M's",
+    )
     parser.add_argument("--text", type=Path, default=ROOT / "data" / "demo" / "train.de")
     parser.add_argument("--pieces", type=int, default=58101)
     parser.add_argument("--repeats", type=int, default=3)
@@ -109,12 +167,16 @@ def main() -> None:
         source = args.source
         if source is None:
             source = work / "twin"
-            opus_twin(source, args.text, args.pieces)
+            if args.kind == "nllb":
+                nllb_twin(source, args.text)
+            else:
+                opus_twin(source, args.text, args.pieces)
         weights = {}
         for name in ("model.safetensors", "pytorch_model.bin"):
             if (source / name).is_file():
                 weights[name] = source / name
-        result = {"source": str(args.source or "random opus-mt-de-en twin"), "formats": {}}
+        twin = "opus-mt-de-en" if args.kind == "marian" else "nllb-200-distilled-600M"
+        result = {"source": str(args.source or f"random {twin} twin"), "formats": {}}
         for name, path in weights.items():
             alone = work / name.replace(".", "_")
             alone.mkdir()

@@ -94,6 +94,7 @@ def evaluate_main(cfg: EvaluateRunConfig) -> Scores | None:
         raise NMTError("compare=... compares one split's hypotheses: give direction=SRC-TGT")
     scores = None
     for name, corpus, tgt_lang in splits:
+        tgt_lang = tgt_lang or cfg.tgt_lang
         scores = _evaluate(cfg, ckpts, translator, name, corpus, tgt_lang, where)
     return scores
 

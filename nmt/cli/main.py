@@ -177,7 +177,7 @@ def export(argv: list[str] | None = None) -> int:
 
 
 def import_model(argv: list[str] | None = None) -> int:
-    from nmt.pretrained.marian import import_main
+    from nmt.pretrained.importer import import_main
 
     return _run("import", import_main, argv)
 

@@ -169,8 +169,7 @@ def _fill_side(side, weights: dict, name: str, cfg: TransformerConfig, embedding
     if cfg.positions == Positions.learned:
         table = w["embed.learned.weight"]
     else:
-        halves = cfg.positions == Positions.sinusoidal_halves
-        table = sinusoids(_position_rows(cfg), cfg.d_model, halves=halves).numpy()
+        table = sinusoids(_position_rows(cfg), cfg.d_model, layout=cfg.positions).numpy()
     side.position_encodings.encodings = table
     if cfg.norm == Norm.pre:
         _layer_norm(side.layer_norm, _scope(w, "norm."))

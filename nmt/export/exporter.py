@@ -59,6 +59,12 @@ def export_checkpoint(
 ) -> Path:
     """Write the export of `ckpt` to `out` (a new directory, or replaced with `overwrite`);
     `quantization` is CTranslate2's weight type (None: float32)."""
+    if ckpt.config.data.language_codes:
+        raise NMTError(
+            "nmt-export of a model with language codes (an NLLB-200 or M2M-100 import) is not "
+            "supported yet: the exported runtimes do not put the source's code before a source "
+            "nor force the target's; translate it with nmt-translate, nmt-serve or the library"
+        )
     if fmt == ExportFormat.ctranslate2:
         from nmt.export.ct2 import check_convertible
 

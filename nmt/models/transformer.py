@@ -29,14 +29,24 @@ from nmt.models.seq2seq import EncoderOutput, OutputRows
 from nmt.tokenizer import PAD
 
 
-def sinusoids(length: int, d: int, offset: int = 0, halves: bool = False) -> Tensor:
+def sinusoids(
+    length: int, d: int, offset: int = 0, layout: Positions = Positions.sinusoidal
+) -> Tensor:
     """(length, d) sinusoidal encodings of positions offset .. offset+length-1: the sine and the
-    cosine of each rate side by side, or with `halves` every sine first, then every cosine
-    (`Positions.sinusoidal_halves`, Marian's layout)."""
+    cosine of each rate side by side (`Positions.sinusoidal`), or every sine first, then every
+    cosine (`sinusoidal_halves`, Marian's layout), or that layout as fairseq computes it
+    (`sinusoidal_fairseq`, NLLB's: d/2 rates exp(-i log(10000) / (d/2 - 1)), positions counted
+    from 2, a zero column last when d is odd)."""
+    if layout == Positions.sinusoidal_fairseq:
+        half = d // 2
+        position = torch.arange(offset + 2, offset + 2 + length, dtype=torch.float).unsqueeze(1)
+        rate = torch.exp(torch.arange(half, dtype=torch.float) * (-math.log(10000.0) / (half - 1)))
+        angles = position * rate
+        return torch.cat([angles.sin(), angles.cos(), torch.zeros(length, d % 2)], dim=1)
     position = torch.arange(offset, offset + length, dtype=torch.float).unsqueeze(1)
     rate = torch.exp(torch.arange(0, d, 2, dtype=torch.float) * (-math.log(10000.0) / d))
     sines, cosines = torch.sin(position * rate), torch.cos(position * rate[: d // 2])
-    if halves:
+    if layout == Positions.sinusoidal_halves:
         return torch.cat([sines, cosines], dim=1)
     table = torch.zeros(length, d)
     table[:, 0::2] = sines
@@ -59,8 +69,8 @@ class Embedding(nn.Module):
         )
         # sinusoids are cached up to max_positions and computed on the fly beyond, so any length
         # works; a buffer that is not saved keeps checkpoints independent of this cache
-        self.halves = cfg.positions == Positions.sinusoidal_halves
-        fixed = sinusoids(cfg.max_positions, cfg.d_model, halves=self.halves)
+        self.layout = cfg.positions
+        fixed = sinusoids(cfg.max_positions, cfg.d_model, layout=self.layout)
         self.register_buffer("fixed", fixed, persistent=False)
 
     def positions(self, length: int, offset: int) -> Tensor:
@@ -72,7 +82,7 @@ class Embedding(nn.Module):
             return self.learned(index.clamp(max=self.learned.num_embeddings - 1))
         if offset + length <= self.fixed.size(0):
             return self.fixed[offset : offset + length]
-        return sinusoids(length, self.fixed.size(1), offset, self.halves).to(self.fixed.device)
+        return sinusoids(length, self.fixed.size(1), offset, self.layout).to(self.fixed.device)
 
     def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
         """tokens (B, T) -> (B, T, d); offset = position of the first token."""

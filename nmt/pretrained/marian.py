@@ -48,7 +48,7 @@ from nmt.config import (
     TransformerConfig,
 )
 from nmt.errors import NMTError
-from nmt.run_config import CHECKPOINT_OPTIONS, ImportRunConfig, TrainRunConfig
+from nmt.run_config import CHECKPOINT_OPTIONS, TrainRunConfig
 from nmt.tokenizer import BOS, EOS, MARIAN_FILES, PAD, SPECIAL_PIECES, load_vocabs
 
 log = logging.getLogger(__name__)
@@ -62,6 +62,7 @@ ACTIVATIONS = {
 FILES = [
     "config.json", "generation_config.json", "model.safetensors", "pytorch_model.bin",
     "vocab.json", "source.spm", "target.spm", "tokenizer_config.json",
+    "sentencepiece.bpe.model", "tokenizer.json",  # NLLB-200 / M2M-100 (nmt.pretrained.m2m100)
 ]  # fmt: skip
 # per layer of each side: Hugging Face's sublayer -> nmt's (an attention's four projections, or a
 # linear / LayerNorm's weight and bias)
@@ -82,18 +83,19 @@ NOT_DATA = "none: pass data=... to nmt-evaluate or nmt-train"  # the imported ru
 MODEL_OPTION, DECODE_OPTION = CHECKPOINT_OPTIONS["model"], CHECKPOINT_OPTIONS["decode"]
 
 
-def import_marian(source: str, out: Path) -> Path:
+def import_marian(source: str, out: Path, directory: Path | None = None) -> Path:
     """Write the Marian model `source` (a directory, or a Hugging Face hub id fetched when the hub
-    is reachable) as the new nmt checkpoint directory `out`; returns `out`."""
+    is reachable; `directory`: where it was fetched to) as the new nmt checkpoint directory
+    `out`; returns `out`."""
     out = Path(out)
     if out.exists():
         raise NMTError(f"out={out} exists: choose a new directory")
-    directory = _locate(source)
-    hf = _read_json(directory / "config.json")
+    directory = directory or locate(source)
+    hf = read_json(directory / "config.json")
     model = model_config(hf)
-    generation = _read_json(directory / "generation_config.json", missing_ok=True)
-    tokenizer = _read_json(directory / "tokenizer_config.json", missing_ok=True)
-    vocab = _read_json(directory / "vocab.json")
+    generation = read_json(directory / "generation_config.json", missing_ok=True)
+    tokenizer = read_json(directory / "tokenizer_config.json", missing_ok=True)
+    vocab = read_json(directory / "vocab.json")
     order, pieces = id_order(vocab, hf)
     weights = read_weights(directory)
     blocked = [BOS]
@@ -120,20 +122,11 @@ def import_marian(source: str, out: Path) -> Path:
         os.rename(step_dir, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    log.info("imported %s: %d pieces, %s", source, len(pieces), _describe(model))
+    log.info("imported %s: %d pieces, %s", source, len(pieces), describe(model))
     return out
 
 
-def import_main(cfg: ImportRunConfig) -> None:
-    """nmt-import: write the checkpoint and say where it is and how to use it."""
-    out = import_marian(cfg.source, Path(cfg.out))
-    print(
-        f"{out}\n  nmt-translate ckpt={out}\n  nmt-evaluate ckpt={out} data=NAME split=test\n"
-        f"  nmt-train --config-dir {out} model=imported train.init_from={out} data=NAME ..."
-    )
-
-
-def _locate(source: str) -> Path:
+def locate(source: str) -> Path:
     """A local directory as it is; anything else is a hub id, fetched (the files of `FILES`)."""
     path = Path(source)
     if path.is_dir():
@@ -150,7 +143,7 @@ def _locate(source: str) -> Path:
         raise NMTError(f"cannot fetch {source} from the Hugging Face hub: {err}") from err
 
 
-def _read_json(path: Path, missing_ok: bool = False) -> dict:
+def read_json(path: Path, missing_ok: bool = False) -> dict:
     if missing_ok and not path.is_file():
         return {}
     try:
@@ -164,8 +157,9 @@ def model_config(hf: dict) -> TransformerConfig:
     kind = hf.get("model_type")
     if kind != "marian":
         raise NMTError(
-            f"model_type={kind!r}: nmt-import reads Marian models (OPUS-MT, model_type 'marian'); "
-            "other architectures (NLLB's m2m_100, mBART, T5...) are not supported"
+            f"model_type={kind!r}: nmt-import reads Marian models (OPUS-MT, model_type 'marian') "
+            "and M2M-100's (NLLB-200, M2M-100, model_type 'm2m_100'); other architectures "
+            "(mBART, T5...) are not supported"
         )
     refused = []
     if not hf.get("share_encoder_decoder_embeddings", True):
@@ -225,7 +219,7 @@ def _write_option(cfg: object, path: Path, lines: list[str]) -> None:
     path.write_text("\n".join(lines) + "\n", "utf-8")
 
 
-def _describe(cfg: TransformerConfig) -> str:
+def describe(cfg: TransformerConfig) -> str:
     return (
         f"Transformer {cfg.encoder_layers}+{cfg.decoder_layers} layers, d {cfg.d_model}, "
         f"{cfg.heads} heads, ff {cfg.ff_size}, {cfg.activation.value}"
@@ -291,11 +285,16 @@ def read_weights(directory: Path) -> _SafeTensors | dict[str, Tensor]:
 
 
 def convert_weights(
-    weights: _SafeTensors | dict[str, Tensor], hf: dict, order: list[int], blocked: list[int]
+    weights: _SafeTensors | dict[str, Tensor],
+    hf: dict,
+    order: list[int],
+    blocked: list[int],
+    final_norms: bool = False,
 ) -> dict[str, Tensor]:
     """Hugging Face's MarianMTModel state dict -> nmt's Transformer's (see the module's notes
-    for the ids); the output bias of the ids in `blocked` is `BLOCKED`. Each tensor is taken out
-    of `weights` as it is converted into a float32 tensor of its own."""
+    for the ids); the output bias of the ids in `blocked` is `BLOCKED`. `final_norms`: the
+    LayerNorm after each side's last layer (pre-norm models: M2M-100, NLLB-200) too. Each
+    tensor is taken out of `weights` as it is converted into a float32 tensor of its own."""
 
     def has(key: str) -> bool:
         return f"model.{key}" in weights or key in weights
@@ -345,6 +344,8 @@ def convert_weights(
             for theirs, ours in parts:
                 convert = attention if theirs.endswith("attn") else copy
                 convert(f"{side}.layers.{i}.{theirs}", f"{side}.layers.{i}.{ours}")
+        if final_norms:
+            copy(f"{side}.layer_norm", f"{side}.norm")
     return state
 
 

@@ -42,7 +42,7 @@ from sacrebleu.metrics import CHRF
 from nmt.config import DecodeConfig
 from nmt.tokenizer import EOS
 from nmt.translation.flags import Flagger
-from nmt.translation.scoring import piece_statistics, read_pairs
+from nmt.translation.scoring import read_pairs
 
 log = logging.getLogger(__name__)
 
@@ -319,10 +319,11 @@ def _lowest_gap(confidence: list[float], chrf: list[float]) -> float:
 
 def _statistics(translator, sources, translations, temperatures, tgt_lang, decode):
     decode = decode or translator.decode
-    pairs = read_pairs(translator.vocabs, translator.tags.ids(tgt_lang), sources, translations,
-                       decode.max_src_pieces)  # fmt: skip
-    stats = piece_statistics(translator.model, pairs.src, pairs.tgt, decode, translator.device,
-                             temperatures, translator.lexicon)  # fmt: skip
+    tags = translator.tags
+    pairs = read_pairs(translator.vocabs, tags.ids(tgt_lang), sources, translations,
+                       decode.max_src_pieces, code=tags.forced(tgt_lang))  # fmt: skip
+    stats = pairs.statistics(translator.model, decode, translator.device, temperatures,
+                             translator.lexicon)  # fmt: skip
     return stats, pairs
 
 

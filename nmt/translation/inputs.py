@@ -159,21 +159,52 @@ class TargetTags:
     a model trained with target tags (`DataConfig.target_tags`) has one tag piece per language; a
     model without has one language and puts nothing. Every translator (the `Translator`, the
     exported runtimes) reads a text's target language through this, so `tgt_lang` means the same
-    ids to all of them."""
+    ids to all of them.
 
-    def __init__(self, tags: dict[str, str | None] | None, vocab: Vocab) -> None:
+    A model with language codes (`DataConfig.language_codes`: NLLB-200, M2M-100) reads the
+    source language's code before each source (`ids`) and starts each translation with the
+    target language's, forced and scored 0 as Hugging Face's forced_bos_token_id does
+    (`forced`)."""
+
+    def __init__(
+        self,
+        tags: dict[str, str | None] | None,
+        vocab: Vocab,
+        codes: dict[str, str] | None = None,
+        source: str | None = None,
+    ) -> None:
         """`tags`: target language -> its tag piece ({lang: None} for a model without target
-        tags; None: the languages are unknown). A tag the source vocabulary lacks fails here,
-        not at the first translation."""
+        tags; None: the languages are unknown). With `codes` (language -> code piece), `tags`
+        names the default target language and `source` is the language of the sources. A tag
+        or code the vocabulary lacks fails here, not at the first translation."""
         self.tags = dict(tags or {})
+        self.codes = dict(codes or {})
         self._ids: dict[str, int] = {}
+        self._default: str | None = None
+        self._source: list[int] = []
+        if self.codes:
+            self._default = next(iter(self.tags), None)
+            self._ids = {lang: self._piece(vocab, piece) for lang, piece in self.codes.items()}
+            self.tags = dict.fromkeys(self.codes)
+            if source is not None:
+                self._source = [self._code(source, "src_lang")]
+            return
         for lang, tag in self.tags.items():
-            if tag is None:
-                continue
-            i = vocab.piece_to_id(tag)
-            if i == UNK or vocab.id_to_piece([i]) != [tag]:
-                raise NMTError(f"the model's tokenizer has no piece {tag!r} for its target tag")
-            self._ids[lang] = i
+            if tag is not None:
+                self._ids[lang] = self._piece(vocab, tag)
+
+    @staticmethod
+    def _piece(vocab: Vocab, piece: str) -> int:
+        i = vocab.piece_to_id(piece)
+        if i == UNK or vocab.id_to_piece([i]) != [piece]:
+            raise NMTError(f"the model's tokenizer has no piece {piece!r} for a language")
+        return i
+
+    def _code(self, lang: str | None, key: str) -> int:
+        if not isinstance(lang, str) or lang not in self._ids:
+            shown = ", ".join(list(self._ids)[:8]) + (", ..." if len(self._ids) > 8 else "")
+            raise NMTError(f"{key}={lang!r}: this model's languages are codes such as {shown}")
+        return self._ids[lang]
 
     @property
     def languages(self) -> list[str]:
@@ -182,8 +213,12 @@ class TargetTags:
 
     def ids(self, tgt_lang: str | None) -> list[int]:
         """The ids put before each source to translate into `tgt_lang`: its tag, or nothing for a
-        model without target tags. An NMTError names the languages when `tgt_lang` is not one
-        of them, or is None for a model with several."""
+        model without target tags, or the source language's code for a model with codes. An
+        NMTError names the languages when `tgt_lang` is not one of them, or is None for a model
+        with several."""
+        if self.codes:
+            self.forced(tgt_lang)  # an unknown target fails here, before any work
+            return list(self._source)
         if tgt_lang is None:
             if not self._ids:
                 return []
@@ -198,3 +233,12 @@ class TargetTags:
             raise NMTError(f"tgt_lang={tgt_lang!r}: this model translates into {known}")
         tag = self._ids.get(tgt_lang)
         return [] if tag is None else [tag]
+
+    def forced(self, tgt_lang: str | None) -> list[int]:
+        """The target ids each translation into `tgt_lang` starts with, forced and scored 0: the
+        target language's code for a model with codes, nothing for the others."""
+        if not self.codes:
+            return []
+        if tgt_lang is None and self._default is None:
+            raise NMTError("this model translates into many languages: say which with tgt_lang")
+        return [self._code(tgt_lang or self._default, "tgt_lang")]

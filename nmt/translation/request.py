@@ -38,7 +38,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from array import array
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -123,6 +123,7 @@ class PreparedText:
     constraints: list[list[int]]  # target ids of each constraint, in the segment's order
     # what its translation's reader should know (a source cut short, a crowded beam), in words
     warnings: tuple[str, ...] = ()
+    free: int = 0  # the first pieces of `prefix` that the model's language code forces (score 0)
 
 
 @dataclass
@@ -152,21 +153,25 @@ class Prepared:
         return settings, digest.hexdigest()
 
 
-def prepare(request: Request, vocabs: Vocabs, tag: list[int], warn: bool = True) -> Prepared:
+def prepare(
+    request: Request, vocabs: Vocabs, tag: list[int], warn: bool = True, code: Sequence[int] = ()
+) -> Prepared:
     """The request in ids (see the module's notes), with `tag`
-    (`nmt.translation.inputs.TargetTags.ids`) put before each source. What a text's reader should
-    know (its source cut to max_src_pieces, more banks of constraint progress than the beam has
-    places) is in its `warnings`; `warn` also logs each, naming the text (off for a check that
-    comes before the translation, which warns, and for a server, which answers them)."""
+    (`nmt.translation.inputs.TargetTags.ids`) put before each source and `code`
+    (`TargetTags.forced`: a target language's code) before each forced prefix. What a text's
+    reader should know (its source cut to max_src_pieces, more banks of constraint progress than
+    the beam has places) is in its `warnings`; `warn` also logs each, naming the text (off for a
+    check that comes before the translation, which warns, and for a server, which answers
+    them)."""
     settings, segments = request.settings, request.segments
     first, noun = request.first_line, request.noun
-    sources = read_sources(
-        vocabs.src, [s.text for s in segments], settings.max_src_pieces, first, warn=False
-    )
+    cap = settings.max_src_pieces and max(settings.max_src_pieces - len(tag), 1)  # tag included
+    sources = read_sources(vocabs.src, [s.text for s in segments], cap, first, warn=False)
     if tag:
         sources.ids = [tag + ids for ids in sources.ids]
     prefixes = [s.prefix for s in segments]
     forced = prefix_ids(vocabs.tgt, prefixes, sources, settings, first, noun)
+    forced = [[*code, *ids] for ids in forced]
     # refused by one limit for every text (a phrase no translation could hold, whatever its
     # source); spelled only as far as these texts' translations reach
     reach = max((settings.max_len(len(ids)) for ids in sources.ids), default=0)
@@ -198,7 +203,9 @@ def prepare(request: Request, vocabs: Vocabs, tag: list[int], warn: bool = True)
             raise NMTError(where + why)
         notes = [sources.cut[k]] if k in sources.cut else []
         notes += _crowded(required, settings.beam_size)
-        texts[i] = PreparedText(segments[i], sources.ids[k], forced[k], required, tuple(notes))
+        texts[i] = PreparedText(
+            segments[i], sources.ids[k], forced[k], required, tuple(notes), len(code)
+        )
         for note in notes if warn else []:
             log.warning("%s%s", where, note)
     banned = [form for spellings in forms for form in spellings]

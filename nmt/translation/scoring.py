@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -61,6 +62,18 @@ class Pairs:
     texts: list[str]  # the translations as scored: cleaned
     src: list[list[int]]  # each ending in EOS, the target tag first; [EOS] for a blank source
     tgt: list[list[int]]  # without BOS and EOS
+    # the target ids every translation starts with, not scored: a target language's code
+    # (`TargetTags.forced`); `statistics` puts them before each target and drops their rows
+    code: list[int] = field(default_factory=list)
+
+    def statistics(self, model: Seq2Seq, cfg: DecodeConfig, device: torch.device,
+                   temperatures: tuple[float, ...] = (1.0,), lexicon: Lexicon | None = None,
+                   entropy: bool = True) -> list[Tensor]:  # fmt: skip
+        """`piece_statistics` of these pairs, the rows of `code` left out."""
+        code = self.code
+        tgt = [code + ids for ids in self.tgt] if code else self.tgt
+        stats = piece_statistics(model, self.src, tgt, cfg, device, temperatures, lexicon, entropy)
+        return [rows[len(code) :] for rows in stats] if code else stats
 
     def scored(self, logprobs: list[list[float]], cfg: DecodeConfig, vocab: Vocab) -> list[Scored]:
         """Each pair's `Scored` from its pieces' log-probabilities (`score_ids`)."""
@@ -69,7 +82,8 @@ class Pairs:
                 source=source,
                 translation=text,
                 score=math.fsum(values),
-                normalized=cfg.normalize(math.fsum(values), len(values)),
+                # the search counts a forced code in the length, as generate does
+                normalized=cfg.normalize(math.fsum(values), len(values) + len(self.code)),
                 pieces=vocab.id_to_piece(ids + [EOS]),
                 piece_scores=values,
             )
@@ -84,14 +98,15 @@ def read_pairs(
     translations: list[str],
     cap: int,
     first_line: int = 1,
+    code: Sequence[int] = (),
 ) -> Pairs:
     """The pairs in ids: sources read as every translator reads them (`read_sources`, cut to
     `cap` pieces, `tag` put before each, a blank one the empty sentence), translations cleaned
     and tokenized with the target vocabulary (pieces it lacks are <unk>, a warning names the
-    line)."""
+    line); `code` (`TargetTags.forced`) starts each translation, unscored."""
     if len(sources) != len(translations):
         raise NMTError(f"{len(sources)} sources but {len(translations)} translations")
-    read = read_sources(vocabs.src, sources, cap, first_line)
+    read = read_sources(vocabs.src, sources, cap and max(cap - len(tag), 1), first_line)
     src_ids = read.place([tag + ids for ids in read.ids], lambda i: [EOS])
     texts = [clean(t) for t in translations]
     tgt_ids = vocabs.tgt.encode(texts) if any(texts) else [[] for _ in texts]
@@ -101,7 +116,7 @@ def read_pairs(
                 "line %d: the translation has characters the target vocabulary lacks; "
                 "they are scored as <unk>", first_line + i,
             )  # fmt: skip
-    return Pairs(list(sources), texts, src_ids, tgt_ids)
+    return Pairs(list(sources), texts, src_ids, tgt_ids, list(code))
 
 
 def score_ids(

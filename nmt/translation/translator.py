@@ -69,7 +69,7 @@ from nmt.translation.attention_map import select_map
 from nmt.translation.inputs import TargetTags
 from nmt.translation.phrases import spans
 from nmt.translation.request import Prepared, PreparedText, Request, Segment, prepare
-from nmt.translation.scoring import Scored, read_pairs, score_ids
+from nmt.translation.scoring import Scored, read_pairs
 from nmt.translation.search import Decoded, SearchJob, search_all
 from nmt.translation.search.tree import BeamTree
 
@@ -127,35 +127,44 @@ class Translator:
         decode: DecodeConfig | None = None,
         tags: dict[str, str | None] | None = None,
         source_language: str | None = None,
+        codes: dict[str, str] | None = None,
     ) -> None:
         """`lexicon` (the checkpoint's) is needed by `decode.shortlist` alone; `decode` is what
         a call without settings of its own decodes with (default: greedy). `tags`: target
         language -> the tag piece put before a source to ask for it (`DataConfig.target_tags`:
         {lang: None} for a model without target tags; None: languages unknown).
-        `source_language`: what it reads (data.src_lang), for splitting text into sentences."""
+        `source_language`: what it reads (data.src_lang), for splitting text into sentences and,
+        for a model with language `codes` (data.language_codes), the code put before each
+        source; `tags` then names the default target language."""
         self.model = model.eval()
         self.vocabs = vocabs
         self.device = device
         self.lexicon = lexicon
         self.decode = decode or DecodeConfig()
-        self.tags = TargetTags(tags, vocabs.src)  # its languages, and each one's ids
+        self.tags = TargetTags(tags, vocabs.src, codes, source_language)  # languages -> ids
         self.source_language = source_language
         self._checked: DecodeConfig | None = None  # the settings `check` last passed
         self.check(self.decode)
 
     @classmethod
     def from_checkpoint(
-        cls, ckpt: str | Path | Checkpoint, decode: DecodeConfig | None = None, device: str = "auto"
+        cls,
+        ckpt: str | Path | Checkpoint,
+        decode: DecodeConfig | None = None,
+        device: str = "auto",
+        src_lang: str | None = None,
     ) -> Translator:
         """The model of a checkpoint (a directory, or one already loaded) on `device`.
         `decode=None` makes the default what the run validated with (greedy unless it was
-        trained with decode=beam)."""
+        trained with decode=beam). `src_lang`: the language of the sources, where the model
+        reads a code for it (an NLLB import); None: the checkpoint's data.src_lang."""
         if not isinstance(ckpt, Checkpoint):
             ckpt = load_checkpoint(ckpt)
         dev = resolve_device(device)
+        data = ckpt.config.data
         return cls(
             restore_model(ckpt, dev), ckpt.vocabs, dev, ckpt.lexicon, decode or ckpt.config.decode,
-            ckpt.config.data.target_tags(), ckpt.config.data.src_lang,
+            data.target_tags(), src_lang or data.src_lang, data.language_codes,
         )  # fmt: skip
 
     @classmethod
@@ -167,20 +176,21 @@ class Translator:
         weights: Sequence[float] | None = None,
         combine: str = "prob",
         attention: str | int = "mean",
+        src_lang: str | None = None,
     ) -> Translator:
         """Several checkpoints decoded as one model, an ensemble (`nmt.models.ensemble`: its
         members must share their tokenizers; `weights`, `combine` and `attention` as there). The
         first checkpoint's vocabularies, lexicon and (`decode=None`) decode settings serve it. One
-        checkpoint is that checkpoint's model alone."""
+        checkpoint is that checkpoint's model alone. `src_lang` as `from_checkpoint`'s."""
         check_options(len(ckpts), weights, combine, attention)
         if len(ckpts) == 1:
-            return cls.from_checkpoint(ckpts[0], decode, device)
+            return cls.from_checkpoint(ckpts[0], decode, device, src_lang)
         dev = resolve_device(device)
         model, loaded = load_ensemble(ckpts, dev, weights, combine, attention)
-        first = loaded[0]
+        data = loaded[0].config.data
         return cls(
-            model, first.vocabs, dev, first.lexicon, decode or first.config.decode,
-            first.config.data.target_tags(), first.config.data.src_lang,
+            model, loaded[0].vocabs, dev, loaded[0].lexicon, decode or loaded[0].config.decode,
+            data.target_tags(), src_lang or data.src_lang, data.language_codes,
         )  # fmt: skip
 
     @classmethod
@@ -196,7 +206,7 @@ class Translator:
         already read."""
         return cls.from_checkpoints(
             loaded or cfg.ckpts, decode, device, cfg.ckpt_weights, cfg.ensemble_combine.value,
-            cfg.attention_member,
+            cfg.attention_member, cfg.src_lang,
         )  # fmt: skip
 
     def check(self, decode: DecodeConfig) -> None:
@@ -248,7 +258,8 @@ class Translator:
         text's warnings (a source cut to decode.max_src_pieces, a crowded beam), which its
         translation carries either way (off for a check ahead of the translation)."""
         self.check(request.settings)
-        return prepare(request, self.vocabs, self.tags.ids(request.tgt_lang), warn)
+        tags, lang = self.tags, request.tgt_lang
+        return prepare(request, self.vocabs, tags.ids(lang), warn, tags.forced(lang))
 
     def run(self, prepared: Prepared) -> list[Translation]:
         """The translations of a prepared request, one per text, in order (a blank text's is
@@ -265,6 +276,7 @@ class Translator:
             banned=prepared.banned,
             constraints=[t.constraints for t in live] if any(t.constraints for t in live) else None,
             attention=prepared.attention, trees=prepared.tree,
+            free_prefix=max((t.free for t in live), default=0),
         )  # fmt: skip
         searched = search_all(self.model, job, self.device, self.lexicon)
         flat = [h.tokens for done in searched for h in done.nbest]
@@ -354,10 +366,11 @@ class Translator:
         self.check(decode)
         pairs = read_pairs(
             self.vocabs, self.tags.ids(tgt_lang), sources, translations, decode.max_src_pieces,
-            first_line,
+            first_line, self.tags.forced(tgt_lang),
         )  # fmt: skip
-        logprobs = score_ids(self.model, pairs.src, pairs.tgt, decode, self.device, self.lexicon)
-        return pairs.scored(logprobs, decode, self.vocabs.tgt)
+        stats = pairs.statistics(self.model, decode, self.device, lexicon=self.lexicon,
+                                 entropy=False)  # fmt: skip
+        return pairs.scored([rows[:, 0].tolist() for rows in stats], decode, self.vocabs.tgt)
 
 
 def _translation(
@@ -376,7 +389,7 @@ def _translation(
         score=hyps[0].score,
         nbest=nbest,
         nbest_maps=[(p, h.attention) for p, h in zip(pieces, hyps)] if attention else [],
-        prefix_score=hyps[0].prefix_score if text.prefix else None,
+        prefix_score=hyps[0].prefix_score if len(text.prefix) > text.free else None,
         prefix_pieces=len(text.prefix),
         tree=None if done.tree is None else _with_pieces(done.tree, vocabs.tgt),
         constraint_spans=spans(hyps[0].tokens, text.constraints),

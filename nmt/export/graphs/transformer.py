@@ -9,6 +9,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from nmt.config import Positions
 from nmt.export.graphs.spec import GraphSpec, TensorSpec
 from nmt.models.seq2seq import Seq2Seq
 from nmt.models.transformer import TransformerDecoder, TransformerEncoder
@@ -20,24 +21,32 @@ class Positional(nn.Module):
     variable (a size read from a tensor): sinusoids of any position (the formula of `sinusoids`),
     or the learned table, positions past its end clamped to the last row as the model does."""
 
-    def __init__(self, d: int, learned: nn.Embedding | None, halves: bool = False) -> None:
+    def __init__(
+        self, d: int, learned: nn.Embedding | None, layout: Positions = Positions.sinusoidal
+    ) -> None:
         super().__init__()
-        self.d, self.learned, self.halves = d, learned, halves
-        rate = torch.exp(
-            torch.arange(0, self.d, 2, dtype=torch.float) * (-math.log(10000.0) / self.d)
-        )
+        self.d, self.learned = d, learned
+        self.halves = layout != Positions.sinusoidal
+        # fairseq's: d/2 rates spaced by 1 / (d/2 - 1), positions counted from 2
+        self.fairseq = layout == Positions.sinusoidal_fairseq
+        if self.fairseq:
+            spacing, count = math.log(10000.0) / (d // 2 - 1), d // 2
+        else:
+            spacing, count = math.log(10000.0) / d * 2, (d + 1) // 2
+        rate = torch.exp(torch.arange(count, dtype=torch.float) * -spacing)
         self.register_buffer("rate", rate, persistent=False)
 
     def forward(self, offset: int, length: int) -> Tensor:
         """(length, d) encodings of positions offset .. offset+length-1 (sizes read from tensors,
         so that a trace keeps them variable)."""
-        index = torch.arange(length, device=self.rate.device) + offset
+        index = torch.arange(length, device=self.rate.device) + offset + 2 * self.fairseq
         if self.learned is not None:
             return self.learned(index.clamp(max=self.learned.num_embeddings - 1))
         angle = index.to(torch.float).unsqueeze(1) * self.rate  # (T, ceil(d/2))
         sin, cos = torch.sin(angle), torch.cos(angle)
-        if self.halves:  # Positions.sinusoidal_halves
-            return torch.cat([sin, cos[:, : self.d // 2]], dim=1)
+        if self.halves:  # Positions.sinusoidal_halves or _fairseq (a zero column for an odd d)
+            tail = sin.new_zeros(sin.size(0), self.d - sin.size(1) - self.d // 2)
+            return torch.cat([sin, cos[:, : self.d // 2], tail], dim=1)
         # interleave: even columns sin, odd columns cos (an odd d has one sin column more)
         return torch.stack([sin, cos], dim=-1).flatten(1)[:, : self.d]
 
@@ -115,7 +124,7 @@ class TransformerStepGraph(nn.Module):
 
 def _positional(module: TransformerEncoder | TransformerDecoder) -> Positional:
     embed = module.embed
-    return Positional(embed.table.embedding_dim, embed.learned, embed.halves)
+    return Positional(embed.table.embedding_dim, embed.learned, embed.layout)
 
 
 def transformer_spec(model: Seq2Seq) -> GraphSpec:

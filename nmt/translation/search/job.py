@@ -27,3 +27,7 @@ class SearchJob:
     constraints: list[list[list[int]]] | None = None
     attention: bool = False  # keep the attention maps of each hypothesis
     trees: bool = False  # record each sentence's search tree (`nmt.translation.search.tree`)
+    # the first pieces of every prefix that score 0 instead of the model's log-probability: a
+    # target language's code, which Hugging Face's forced_bos_token_id scores 0 (a model with
+    # language codes puts it in every text's prefix, so the count is the job's)
+    free_prefix: int = 0

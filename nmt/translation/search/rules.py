@@ -237,6 +237,7 @@ class StepRules:
 
     rules: list[Rule]
     prefix: ForcedPrefix | None = None  # also the list's last rule
+    free: int = 0  # steps whose forced piece scores 0 (`SearchJob.free_prefix`)
 
     @classmethod
     def build(cls, job: SearchJob, device: torch.device) -> StepRules:
@@ -250,7 +251,7 @@ class StepRules:
         banned = Banned.build(job.banned, device)
         if banned is not None:
             rules.append(banned)
-        return cls(rules)
+        return cls(rules, free=job.free_prefix)
 
     def for_batch(self, cfg: DecodeConfig, min_len: Tensor, prefix: Tensor | None) -> StepRules:
         """These rules with a batch's own: min_len (B,) its sentences' minimum lengths, first;
@@ -259,7 +260,7 @@ class StepRules:
         if cfg.min_len_a > 0 or cfg.min_len_b > 0:  # else no minimum is above 0
             first.append(MinLength(min_len))
         forced = None if prefix is None else ForcedPrefix(prefix)
-        return StepRules([*first, *self.rules, *([forced] if forced else [])], forced)
+        return StepRules([*first, *self.rules, *([forced] if forced else [])], forced, self.free)
 
     @property
     def context(self) -> int:
@@ -274,12 +275,14 @@ class StepRules:
         """The same rules over a shortlist's columns; ids (C,) its sorted vocabulary ids."""
         rules = [rule.to_columns(ids) for rule in self.rules]
         forced = rules[-1] if self.prefix is not None else None
-        return StepRules(rules, forced)
+        return StepRules(rules, forced, self.free)
 
     def __call__(self, log_probs: Tensor, step: Step) -> Tensor:
         """Apply every rule to log_probs (R, V) in place, in order."""
         if step.forced is not None:  # the forced piece keeps the model's score, rules or not
             step.forced_scores = log_probs.gather(1, step.forced.clamp(min=0).unsqueeze(1))[:, 0]
+            if step.t < self.free:  # a language code: scored 0
+                step.forced_scores = torch.where(step.forced >= 0, 0.0, step.forced_scores)
         for rule in self.rules:
             log_probs = rule(log_probs, step)
         return log_probs

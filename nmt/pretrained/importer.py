@@ -1,0 +1,28 @@
+"""nmt-import: the importer of a model's kind, by its config.json's model_type."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nmt.pretrained.m2m100 import import_m2m100
+from nmt.pretrained.marian import import_marian, locate, read_json
+from nmt.run_config import ImportRunConfig
+
+
+def import_model(source: str, out: Path) -> Path:
+    """Write the model `source` (a directory, or a Hugging Face hub id) as the new checkpoint
+    `out`: an M2M-100 (NLLB-200, M2M-100: model_type m2m_100, `nmt.pretrained.m2m100`) or a
+    Marian model (`nmt.pretrained.marian`, which names what it refuses)."""
+    directory = locate(source)
+    if read_json(directory / "config.json").get("model_type") == "m2m_100":
+        return import_m2m100(source, out, directory)
+    return import_marian(source, out, directory)
+
+
+def import_main(cfg: ImportRunConfig) -> None:
+    """nmt-import: write the checkpoint and say where it is and how to use it."""
+    out = import_model(cfg.source, Path(cfg.out))
+    print(
+        f"{out}\n  nmt-translate ckpt={out}\n  nmt-evaluate ckpt={out} data=NAME split=test\n"
+        f"  nmt-train --config-dir {out} model=imported train.init_from={out} data=NAME ..."
+    )

@@ -1,0 +1,316 @@
+"""nmt-import of an NLLB-200 / M2M-100 model (model_type m2m_100) in the Hugging Face layout,
+offline: an M2M100ForConditionalGeneration built by `transformers` from a small M2M100Config, with
+an NLLB tokenizer (or M2M-100's) over a sentencepiece model trained on the demo corpus and three
+language codes, trained briefly there so that translations depend on the source, saved with
+save_pretrained. nmt's tokenization, logits and greedy and beam output must equal Hugging Face's
+(`generate` with forced_bos_token_id) on the same files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import sentencepiece as spm
+import torch
+
+from nmt.checkpoint import load_checkpoint
+from nmt.cli import main as cli
+from nmt.config import DecodeConfig, LengthPenalty, Strategy
+from nmt.errors import NMTError
+from nmt.models import restore_model
+from nmt.pretrained.importer import import_model
+from nmt.pretrained.m2m100 import import_m2m100
+from nmt.tokenizer import BOS, EOS, M2M_FILES
+from nmt.translation.request import Request
+from nmt.translation.translator import Translator
+
+transformers = pytest.importorskip("transformers")
+
+CODES = ["deu_Latn", "eng_Latn", "fra_Latn"]
+ODD = ["", "   ", "Ein Hund läuft ✓ 漢字 über die Straße.", "zwei " * 200,
+       "Er zählt\tdrei\u00a0Vögel.", ">>fra<< Ich sehe zwei Vögel."]  # fmt: skip
+
+
+def write_m2m100(
+    out: Path, demo_dir: Path, steps: int = 300, nllb: bool = True, **overrides
+) -> Path:
+    """A small M2M-100 model in the Hugging Face layout, with NLLB's tokenizer (tokenizer.json,
+    FLORES codes) or M2M-100's (vocab.json, "__de__" codes)."""
+    out.mkdir(parents=True)
+    src = (demo_dir / "train.de").read_text("utf-8").splitlines()
+    tgt = (demo_dir / "train.en").read_text("utf-8").splitlines()
+    spm.SentencePieceTrainer.Train(
+        sentence_iterator=iter(src + tgt), model_prefix=str(out / "sp"), vocab_size=300,
+        model_type="bpe", character_coverage=1.0, num_threads=1, minloglevel=2,
+    )  # fmt: skip
+    (out / "sp.model").rename(out / M2M_FILES["spm"])
+    (out / "sp.vocab").unlink()
+    if nllb:
+        tokenizer = transformers.NllbTokenizer.from_pretrained(
+            str(out), src_lang="deu_Latn", tgt_lang="eng_Latn", additional_special_tokens=CODES
+        )
+    else:
+        sp = spm.SentencePieceProcessor(model_file=str(out / M2M_FILES["spm"]))
+        vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
+        for i in range(3, sp.GetPieceSize()):
+            vocab.setdefault(sp.IdToPiece(i), len(vocab))
+        (out / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), "utf-8")
+        tokenizer = transformers.M2M100Tokenizer(
+            str(out / "vocab.json"), str(out / M2M_FILES["spm"]), src_lang="de", tgt_lang="en"
+        )
+    # M2M-100's table: vocab.json's pieces, its 100 language codes, 8 made-up words
+    size = len(tokenizer) if nllb else len(vocab) + 100 + 8
+    settings = dict(
+        vocab_size=size, d_model=32, encoder_layers=2, decoder_layers=2,
+        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+        decoder_ffn_dim=64, max_position_embeddings=256, pad_token_id=1, eos_token_id=2,
+        bos_token_id=0, decoder_start_token_id=2, scale_embedding=True, dropout=0.1,
+        forced_eos_token_id=None,
+    )  # fmt: skip
+    settings.update(overrides)
+    torch.manual_seed(0)
+    model = transformers.M2M100ForConditionalGeneration(transformers.M2M100Config(**settings))
+    model.train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for step in range(steps):
+        start = (step * 32) % (len(src) - 32)
+        batch = tokenizer(src[start : start + 32], text_target=tgt[start : start + 32],
+                          padding=True, return_tensors="pt")  # fmt: skip
+        batch["labels"][batch["labels"] == tokenizer.pad_token_id] = -100
+        loss = model(**batch).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval().save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def nllb(tmp_path_factory, demo_dir) -> tuple[Path, Path]:
+    """(the Hugging Face directory, its nmt import)."""
+    root = tmp_path_factory.mktemp("nllb")
+    hf = write_m2m100(root / "hf", demo_dir)
+    return hf, import_model(str(hf), root / "nmt")
+
+
+def hf_tokenizer(directory: Path, src_lang: str = "deu_Latn"):
+    return transformers.AutoTokenizer.from_pretrained(directory, src_lang=src_lang)
+
+
+def hf_model(directory: Path):
+    return transformers.M2M100ForConditionalGeneration.from_pretrained(directory).eval()
+
+
+def sentences(demo_dir: Path) -> list[str]:
+    texts = (demo_dir / "test.de").read_text("utf-8").splitlines()[:100]
+    return texts + (demo_dir / "valid.de").read_text("utf-8").splitlines()[:100]
+
+
+def pieces_of(ours: Path) -> list[str]:
+    return json.loads((ours / M2M_FILES["pieces"]).read_text("utf-8"))["pieces"]
+
+
+def test_tokenization_equals_the_nllb_tokenizer(nllb, demo_dir):
+    """Sources as [src_lang] X </s> (transformers' non-legacy form), the same pieces; decoding
+    leaves the codes and specials out as skip_special_tokens does."""
+    hf_dir, ours = nllb
+    translator = Translator.from_checkpoint(ours, device="cpu")
+    tokenizer, pieces = hf_tokenizer(hf_dir), pieces_of(ours)
+    texts = sentences(demo_dir)[:50] + [t for t in ODD if t.strip()]
+    for text in texts:
+        [prepared] = translator.prepare(Request([text], translator.decode)).texts
+        want = tokenizer.convert_ids_to_tokens(tokenizer(text)["input_ids"])
+        if len(want) > 256:  # cut to the model's positions, the code included
+            want = want[:255] + want[-1:]
+        assert [pieces[i] for i in prepared.src] == want, text
+        assert prepared.prefix == [pieces.index("eng_Latn")] and prepared.free == 1
+    vocab = load_checkpoint(ours).vocabs.tgt
+    targets = (demo_dir / "test.en").read_text("utf-8").splitlines()[:50]
+    ids = [[pieces.index("eng_Latn"), *line, EOS] for line in vocab.encode(targets)]
+    assert vocab.decode(ids) == targets
+
+
+def test_logits_equal_hugging_face(nllb, demo_dir):
+    hf_dir, ours = nllb
+    model, reference = restore_model(load_checkpoint(ours), torch.device("cpu")), hf_model(hf_dir)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(
+        hf_dir, src_lang="deu_Latn", tgt_lang="eng_Latn"
+    )
+    texts = sentences(demo_dir)[:8]
+    targets = (demo_dir / "test.en").read_text("utf-8").splitlines()[:8]
+    batch = tokenizer(texts, text_target=targets, padding=True, return_tensors="pt")
+    labels = batch.pop("labels")  # [eng_Latn] Y </s>
+    decoder_in = torch.cat([torch.full((len(texts), 1), 2), labels[:, :-1]], dim=1)
+    order = _order(ours, hf_dir)
+    to_ours = {theirs: i for i, theirs in enumerate(order) if i != BOS}
+    with torch.no_grad():
+        want = reference(**batch, decoder_input_ids=decoder_in).logits
+        src = batch["input_ids"].clone().apply_(lambda i: to_ours[i])
+        tgt_in = decoder_in.clone().apply_(lambda i: to_ours[i])
+        tgt_in[:, 0] = BOS
+        got = model(src, batch["attention_mask"].sum(1), tgt_in)[0]
+    index = [0] * len(order[:BOS] + order[BOS + 1 :])  # per Hugging Face id, its nmt id
+    for i, theirs in enumerate(order):
+        if i != BOS:
+            index[theirs] = i
+    mask = decoder_in != 1
+    assert (got[..., index] - want)[mask].abs().max() <= 1e-4
+
+
+def _order(ours: Path, hf_dir: Path) -> list[int]:
+    """Per nmt id, the Hugging Face id of its row (BOS: </s>'s)."""
+    table = json.loads((hf_dir / "tokenizer.json").read_text("utf-8"))
+    ids = dict(table["model"]["vocab"]) | {t["content"]: t["id"] for t in table["added_tokens"]}
+    return [1, 3, 2, 2] + [ids[p] for p in pieces_of(ours)[EOS + 1 :]]
+
+
+@pytest.mark.parametrize(
+    "beams, early_stopping, length_penalty",
+    [(1, True, 1.0), (5, True, 1.0), (5, False, 1.0), (4, False, 0.6)],
+)
+def test_output_equals_generate(nllb, demo_dir, beams, early_stopping, length_penalty):
+    """Greedy and beam search on 200 sentences: `generate` with forced_bos_token_id (the target
+    code forced as the first piece, scored 0, counted in the length) gives the same texts."""
+    hf_dir, ours = nllb
+    texts = sentences(demo_dir)
+    reference, tokenizer = hf_model(hf_dir), hf_tokenizer(hf_dir)
+    with torch.no_grad():
+        out = reference.generate(
+            **tokenizer(texts, padding=True, return_tensors="pt"), num_beams=beams,
+            max_new_tokens=40, do_sample=False, length_penalty=length_penalty,
+            early_stopping=early_stopping,
+            forced_bos_token_id=tokenizer.convert_tokens_to_ids("eng_Latn"),
+        )  # fmt: skip
+    want = tokenizer.batch_decode(out, skip_special_tokens=True)
+    decode = DecodeConfig(
+        strategy=Strategy.beam if beams > 1 else Strategy.greedy, beam_size=beams,
+        length_penalty=LengthPenalty.power, alpha=length_penalty, early_stopping=early_stopping,
+        max_len_a=0.0, max_len_b=40,
+    )  # fmt: skip
+    translator = Translator.from_checkpoint(ours, decode, "cpu")
+    assert translator.translate(texts, tgt_lang="eng_Latn") == want
+    assert len(set(want)) > 150  # translations of their own, not one string for all
+
+
+def test_languages_are_chosen_per_call_and_refused_by_name(nllb, demo_dir, tmp_path, capsys):
+    """tgt_lang picks the forced code (default: the tokenizer's tgt_lang), src_lang the source's;
+    an unknown code fails before any work, naming the model's codes."""
+    hf_dir, ours = nllb
+    texts = sentences(demo_dir)[:20]
+    reference, greedy = hf_model(hf_dir), DecodeConfig(strategy=Strategy.greedy, max_len_b=40,
+                                                        max_len_a=0.0)  # fmt: skip
+    for src_lang, tgt_lang in (("deu_Latn", "fra_Latn"), ("fra_Latn", "eng_Latn")):
+        tokenizer = hf_tokenizer(hf_dir, src_lang)
+        with torch.no_grad():
+            out = reference.generate(
+                **tokenizer(texts, padding=True, return_tensors="pt"), num_beams=1,
+                max_new_tokens=40, forced_bos_token_id=tokenizer.convert_tokens_to_ids(tgt_lang),
+            )  # fmt: skip
+        want = tokenizer.batch_decode(out, skip_special_tokens=True)
+        translator = Translator.from_checkpoint(ours, greedy, "cpu", src_lang=src_lang)
+        assert translator.translate(texts, tgt_lang=tgt_lang) == want
+    default = Translator.from_checkpoint(ours, greedy, "cpu")
+    assert default.translate(texts) == default.translate(texts, tgt_lang="eng_Latn")
+    with pytest.raises(NMTError, match="tgt_lang='xx_Latn'.*deu_Latn"):
+        default.translate(texts, tgt_lang="xx_Latn")
+    with pytest.raises(NMTError, match="src_lang='de'.*deu_Latn"):
+        Translator.from_checkpoint(ours, greedy, "cpu", src_lang="de")
+    # the command: src_lang= and tgt_lang=, N lines in, N out
+    source, target = tmp_path / "in.de", tmp_path / "out.fr"
+    source.write_text("".join(t + "\n" for t in texts), "utf-8")
+    args = [f"ckpt={ours}", f"input={source}", f"output={target}", "device=cpu",
+            "src_lang=fra_Latn", "tgt_lang=eng_Latn", "decode=greedy"]  # fmt: skip
+    assert cli.translate(args) == 0
+    lines = target.read_text("utf-8").splitlines()
+    assert lines == Translator.from_checkpoint(ours, greedy, "cpu", "fra_Latn").translate(
+        texts, tgt_lang="eng_Latn", decode=DecodeConfig(strategy=Strategy.greedy)
+    )
+    assert cli.translate([*args[:3], "tgt_lang=klingon"]) == 2
+    assert "tgt_lang='klingon'" in capsys.readouterr().err
+
+
+def test_m2m100_tokenizer_and_codes(tmp_path, demo_dir):
+    """M2M-100's own layout (vocab.json, "__de__" codes after it, made-up words last): the
+    languages are "de", "en", ...; the output equals `generate`'s."""
+    hf = write_m2m100(tmp_path / "hf", demo_dir, steps=150, nllb=False)
+    ours = import_model(str(hf), tmp_path / "nmt")
+    config = load_checkpoint(ours).config.data
+    assert config.language_codes["de"] == "__de__" and len(config.language_codes) == 100
+    assert (config.src_lang, config.tgt_lang) == ("de", "en")
+    texts = sentences(demo_dir)[:50]
+    tokenizer = transformers.M2M100Tokenizer.from_pretrained(hf, src_lang="de")
+    with torch.no_grad():
+        out = hf_model(hf).generate(
+            **tokenizer(texts, padding=True, return_tensors="pt"), num_beams=4, max_new_tokens=30,
+            forced_bos_token_id=tokenizer.get_lang_id("en"),
+        )  # fmt: skip
+    # without the codes, which a tokenizer built by hand does not count as special (nmt's
+    # decoding leaves them out wherever the model puts one)
+    codes = set(tokenizer.lang_code_to_id.values())
+    want = tokenizer.batch_decode([[i for i in row if i not in codes] for row in out.tolist()],
+                                  skip_special_tokens=True)  # fmt: skip
+    decode = DecodeConfig(strategy=Strategy.beam, beam_size=4, length_penalty=LengthPenalty.power,
+                          alpha=1.0, max_len_a=0.0, max_len_b=30)  # fmt: skip
+    assert Translator.from_checkpoint(ours, decode, "cpu").translate(texts, tgt_lang="en") == want
+
+
+def test_what_nmt_cannot_run_is_refused_by_name(tmp_path, demo_dir):
+    odd = write_m2m100(tmp_path / "odd", demo_dir, steps=0, decoder_ffn_dim=128)
+    with pytest.raises(NMTError, match="decoder_ffn_dim=128"):
+        import_m2m100(str(odd), tmp_path / "out")
+    config = json.loads((odd / "config.json").read_text())
+    (odd / "config.json").write_text(json.dumps({**config, "decoder_ffn_dim": 64,
+                                                 "num_experts": 4}))  # fmt: skip
+    with pytest.raises(NMTError, match="mixture-of-experts"):
+        import_m2m100(str(odd), tmp_path / "out")
+    (odd / M2M_FILES["spm"]).unlink()
+    (odd / "config.json").write_text(json.dumps({**config, "decoder_ffn_dim": 64}))
+    with pytest.raises(NMTError, match="sentencepiece.bpe.model"):
+        import_m2m100(str(odd), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_every_tool_takes_the_import(nllb, demo_dir, tmp_path, capsys):
+    """nmt-score gives the search's own score (the code unscored, counted in the length),
+    constraints, banned phrases, an ensemble of the import with itself, int8, nmt-serve with
+    tgt_lang, nmt-evaluate."""
+    from starlette.testclient import TestClient
+
+    from nmt.run_config import ServeRunConfig
+    from nmt.serving.app import load_app
+
+    _, ours = nllb
+    texts = sentences(demo_dir)[:6]
+    beam = DecodeConfig(strategy=Strategy.beam, beam_size=4, max_len_a=0.0, max_len_b=40)
+    translator = Translator.from_checkpoint(ours, beam, "cpu")
+    full = translator.translate_full(texts, attention=False)
+    scored = translator.score(texts, [t.text for t in full])
+    for result, score in zip(full, scored):
+        assert score.score == pytest.approx(result.score, abs=1e-4)
+        assert score.normalized == pytest.approx(result.nbest[0][1], abs=1e-4)
+        assert result.tgt_pieces[0] == "eng_Latn" and result.prefix_score is None
+    plain = [t.text for t in full]
+    assert Translator.from_checkpoints([ours, ours], beam, "cpu").translate(texts) == plain
+    [forced] = translator.translate([texts[0]], constraints=[["birds"]])
+    assert "birds" in forced
+    assert all(not t.startswith("I ") for t in translator.translate(texts, banned=["I"]))
+    [prefixed] = translator.translate([texts[0]], prefixes=["I see"])
+    assert prefixed.startswith("I see")
+    int8 = DecodeConfig(strategy=Strategy.beam, beam_size=4, precision="int8")
+    assert len(Translator.from_checkpoint(ours, int8, "cpu").translate(texts)) == len(texts)
+    serve = ServeRunConfig(ckpt=str(ours), decode=beam, device="cpu")
+    with TestClient(load_app(serve)) as client:
+        answer = client.post("/translate", json={"text": texts[0], "tgt_lang": "eng_Latn"})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["translations"][0]["text"] == plain[0]
+        refused = client.post("/translate", json={"text": texts[0], "tgt_lang": "xx"})
+        assert refused.status_code == 422 and "xx" in refused.text
+    args = [f"ckpt={ours}", "data=demo", f"data.local_dir={demo_dir}", "split=test",
+            "decode=greedy", "tgt_lang=eng_Latn"]  # fmt: skip
+    assert cli.evaluate(args) == 0
+    assert "BLEU" in capsys.readouterr().out
+    # the exported runtimes would translate without the codes: refused, nothing written
+    assert cli.export([f"ckpt={ours}", "format=onnx", f"out={tmp_path / 'onnx'}"]) == 2
+    assert "language codes" in capsys.readouterr().err and not (tmp_path / "onnx").exists()
