@@ -161,16 +161,26 @@ def main() -> None:
     parser.add_argument("--text", type=Path, default=ROOT / "data" / "demo" / "train.de")
     parser.add_argument("--pieces", type=int, default=58101)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--write-twin", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.write_twin:
+        if args.kind == "nllb":
+            nllb_twin(args.write_twin, args.text)
+        else:
+            opus_twin(args.write_twin, args.text, args.pieces)
+        return
     work = Path(tempfile.mkdtemp())
     try:
         source = args.source
         if source is None:
             source = work / "twin"
-            if args.kind == "nllb":
-                nllb_twin(source, args.text)
-            else:
-                opus_twin(source, args.text, args.pieces)
+            # written by a process of its own: a child's peak RSS starts at its parent's (Linux
+            # carries ru_maxrss over fork and exec), and this one would hold the model
+            subprocess.run(
+                [sys.executable, __file__, "--kind", args.kind, "--text", str(args.text),
+                 "--pieces", str(args.pieces), "--write-twin", str(source)],
+                check=True, cwd=ROOT,
+            )  # fmt: skip
         weights = {}
         for name in ("model.safetensors", "pytorch_model.bin"):
             if (source / name).is_file():
