@@ -129,8 +129,31 @@ class Checkpoint:
     lexicon: Lexicon | None  # for decode.shortlist; None in checkpoints written before it
 
 
+ADAPTER = (".lora_a", ".lora_b")  # the parameters a LoRA layer adds (`nmt.models.lora`)
+
+
+def merged_weights(
+    base: dict[str, torch.Tensor], adapters: dict[str, torch.Tensor], rank: int, alpha: float
+) -> dict[str, torch.Tensor]:
+    """The base model's state dict with each LoRA adapter folded into its layer's weight,
+    W + (alpha / rank) B A (a new dict; `base` is not changed)."""
+    out = dict(base)
+    for key, a in adapters.items():
+        if not key.endswith(ADAPTER[0]):
+            continue
+        layer = key.removesuffix(ADAPTER[0])
+        b, weight = adapters.get(layer + ADAPTER[1]), base.get(f"{layer}.weight")
+        if b is None or weight is None:
+            raise NMTError(f"the adapter {layer} has no B matrix or no base weight to merge with")
+        update = (alpha / rank) * (b.float() @ a.float())
+        out[f"{layer}.weight"] = (weight.float() + update).to(weight.dtype)
+    return out
+
+
 def load_checkpoint(path: str | Path) -> Checkpoint:
-    """Read and check a checkpoint directory (or its ckpt.pt); each failure is one NMTError."""
+    """Read and check a checkpoint directory (or its ckpt.pt); each failure is one NMTError. A
+    LoRA run's checkpoint (its payload holds `adapters` and `lora`, no `model`) is read with its
+    base's weights and the adapters merged into them as `payload["model"]`."""
     path = Path(path)
     if path.name == CKPT_FILE:
         path = path.parent
@@ -160,6 +183,15 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
             f"the tokenizer in {path} is not the one this checkpoint was trained with "
             "(different vocabulary)"
         )
+    if "lora" in payload and "model" not in payload:
+        lora = payload["lora"]
+        if not Path(lora["base"]).exists():
+            raise NMTError(
+                f"{path} holds LoRA adapters of {lora['base']}, which is not there any more: "
+                "the adapters need their base checkpoint"
+            )
+        base = load_checkpoint(lora["base"]).payload["model"]
+        payload["model"] = merged_weights(base, payload["adapters"], lora["rank"], lora["alpha"])
     return Checkpoint(path, payload, config, vocabs, load_lexicon(path))
 
 

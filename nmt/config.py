@@ -479,6 +479,24 @@ class TransformerConfig(ModelConfig):
 
 
 @dataclass
+class LoraConfig:
+    """Low-rank adapters (`nmt.models.lora`): rank 0 trains the model itself."""
+
+    rank: int = 0  # r of each adapter: 8 or 16 for fine-tuning an import
+    alpha: float | None = None  # the update is scaled by alpha / rank; null = 2 * rank
+    dropout: float = 0.0  # on an adapter's input
+    # the layers adapted: "q", "kv", "out" of every attention, "ff" both feed-forward layers
+    targets: list[str] = field(default_factory=lambda: ["q", "kv", "out"])
+
+    def __post_init__(self) -> None:
+        if self.rank < 0 or not 0.0 <= self.dropout < 1.0:
+            raise NMTError("train.lora.rank must be >= 0 and train.lora.dropout in [0, 1)")
+        known = ("q", "kv", "out", "ff")
+        if self.rank and (not self.targets or set(self.targets) - set(known)):
+            raise NMTError(f"train.lora.targets={list(self.targets)}: choose among {list(known)}")
+
+
+@dataclass
 class TrainConfig:
     max_steps: int = 100_000  # optimizer updates
     max_epochs: int = 0  # 0 = no limit
@@ -520,6 +538,9 @@ class TrainConfig:
     overwrite: bool = False  # allow starting over in a run_dir that has checkpoints
     init_from: str | None = None  # a checkpoint: new run from its weights and tokenizer
     freeze: list[Frozen] = field(default_factory=list)  # parts not trained: embeddings, encoder
+    # low-rank adapters instead of the whole model (with train.init_from: its checkpoints hold
+    # the adapters alone, MBs, and name init_from as their base)
+    lora: LoraConfig = field(default_factory=LoraConfig)
     max_bad_updates: int = 5  # NaN/inf or out-of-memory updates in a row before the run stops
 
     def __post_init__(self) -> None:
@@ -532,6 +553,11 @@ class TrainConfig:
             )
         if self.resume and self.overwrite:
             raise NMTError("train.resume and train.overwrite exclude each other")
+        if self.lora.rank and not self.init_from and not self.resume:
+            raise NMTError(
+                "train.lora adapts a trained model: give train.init_from=CKPT (an import, or a "
+                "run of your own)"
+            )
         if self.resume and self.init_from:
             raise NMTError(
                 "train.resume continues this run; train.init_from starts a new one from another "

@@ -22,7 +22,7 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from nmt.checkpoint import Checkpoint, point, prune, save_checkpoint
+from nmt.checkpoint import Checkpoint, load_checkpoint, point, prune, save_checkpoint
 from nmt.config import Frozen, Metric, Optimizer, Precision
 from nmt.data.batches import epoch_batches, fixed_shape
 from nmt.device import autocast, check_precision, resolve_device
@@ -37,6 +37,7 @@ from nmt.distributed import (
     shutdown,
 )
 from nmt.errors import NMTError
+from nmt.models.lora import adapter_state, add_adapters
 from nmt.models.seq2seq import Seq2Seq
 from nmt.run_config import TrainRunConfig
 from nmt.training.bad_updates import BadUpdates
@@ -118,6 +119,15 @@ class Trainer:
         self.root = self.run_dir / "checkpoints"
         self.model = model.to(device)  # the module itself: validation, search, checkpoints
         freeze(self.model, cfg.train.freeze)
+        lora = cfg.train.lora
+        # a LoRA run's checkpoints name its base: train.init_from, or (resumed) its own's
+        self.lora_base = str(Path(cfg.train.init_from).resolve()) if cfg.train.init_from else None
+        if lora.rank:
+            trainable = add_adapters(self.model, lora)
+            total = sum(p.numel() for p in self.model.parameters()) - trainable
+            log.info("train.lora: rank %d on %s, %d trainable parameters (%.2f%% of %d)",
+                     lora.rank, ",".join(lora.targets), trainable, 100 * trainable / total,
+                     total)  # fmt: skip
         self.train_model: torch.nn.Module = self.model  # what the training forward calls
         if where.active:
             ids = [device.index] if device.type == "cuda" else None
@@ -129,8 +139,10 @@ class Trainer:
             mode = "reduce-overhead" if cfg.train.cuda_graphs else None
             self.train_model = torch.compile(self.train_model, mode=mode)
         opt = torch.optim.AdamW if cfg.train.optimizer == Optimizer.adamw else torch.optim.Adam
+        # a LoRA run's optimizer holds the adapters' state alone (the rest is frozen)
+        params = [p for p in self.model.parameters() if p.requires_grad or not lora.rank]
         self.optimizer = opt(
-            self.model.parameters(),
+            params,
             lr=cfg.train.lr,
             betas=tuple(cfg.train.betas),
             weight_decay=cfg.train.weight_decay,
@@ -159,7 +171,12 @@ class Trainer:
                 f"process(es), this run has {self.where.world}; the data order and random "
                 "streams depend on it, so resume with the same number"
             )
-        self.model.load_state_dict(payload["model"])
+        if "lora" in payload:  # the base's weights, and the adapters trained so far
+            self.lora_base = payload["lora"]["base"]
+            base = load_checkpoint(self.lora_base).payload["model"]
+            self.model.load_state_dict({**base, **payload["adapters"]})
+        else:
+            self.model.load_state_dict(payload["model"])
         self.optimizer.load_state_dict(payload["optimizer"])
         self.schedule.load_state_dict(payload["scheduler"])
         self.scaler.load_state_dict(payload["scaler"])
@@ -292,8 +309,17 @@ class Trainer:
         rng = gather(rng_state(), self.where)
         if not self.where.main:
             return
+        lora = self.cfg.train.lora
+        state = self.model.state_dict()
+        weights = {"model": state}
+        if lora.rank:  # the adapters alone, and their base (see nmt.models.lora)
+            alpha = lora.alpha if lora.alpha is not None else 2.0 * lora.rank
+            weights = {
+                "adapters": adapter_state(state),
+                "lora": {"base": self.lora_base, "rank": lora.rank, "alpha": alpha},
+            }
         payload = {
-            "model": self.model.state_dict(),
+            **weights,
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.schedule.state_dict(),
             "scaler": self.scaler.state_dict(),
