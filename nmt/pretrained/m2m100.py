@@ -36,12 +36,12 @@ import shutil
 from pathlib import Path
 
 from nmt.checkpoint import save_checkpoint
-from nmt.config import Activation, DataConfig, Norm, Positions, TransformerConfig
+from nmt.config import DataConfig, Norm, Positions, TransformerConfig
 from nmt.errors import NMTError
 from nmt.pretrained.marian import (
-    ACTIVATIONS,
     NOT_DATA,
     authors_decode,
+    bart_shape,
     convert_weights,
     describe,
     locate,
@@ -116,14 +116,7 @@ def import_m2m100(source: str, out: Path, directory: Path | None = None) -> Path
 
 def model_config(hf: dict) -> TransformerConfig:
     """nmt's Transformer for an M2M-100 config.json; what it cannot be is refused by name."""
-    refused = []
-    for a, b in (("encoder_ffn_dim", "decoder_ffn_dim"),
-                 ("encoder_attention_heads", "decoder_attention_heads")):  # fmt: skip
-        if hf[a] != hf[b]:
-            refused.append(f"{a}={hf[a]} with {b}={hf[b]} (nmt has one value for both)")
-    activation = ACTIVATIONS.get(hf.get("activation_function", "relu"))
-    if activation is None:
-        refused.append(f"activation_function={hf['activation_function']!r}")
+    refused, shape = bart_shape(hf, "relu")
     if not hf.get("tie_word_embeddings", True):
         refused.append("tie_word_embeddings=false (an output layer of its own)")
     if hf.get("decoder_start_token_id", hf["eos_token_id"]) != hf["eos_token_id"]:
@@ -135,15 +128,7 @@ def model_config(hf: dict) -> TransformerConfig:
     if refused:
         raise NMTError("this M2M-100 model has what nmt's Transformer lacks: " + "; ".join(refused))
     return TransformerConfig(
-        d_model=hf["d_model"],
-        heads=hf["encoder_attention_heads"],
-        ff_size=hf["encoder_ffn_dim"],
-        encoder_layers=hf["encoder_layers"],
-        decoder_layers=hf["decoder_layers"],
-        dropout=hf.get("dropout", 0.1),
-        attention_dropout=hf.get("attention_dropout", 0.0),
-        activation_dropout=hf.get("activation_dropout", 0.0),
-        activation=activation or Activation.relu,
+        **shape,
         norm=Norm.pre,
         positions=Positions.sinusoidal_fairseq,
         max_positions=hf.get("max_position_embeddings", 1024),

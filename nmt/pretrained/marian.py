@@ -161,16 +161,9 @@ def model_config(hf: dict) -> TransformerConfig:
             "and M2M-100's (NLLB-200, M2M-100, model_type 'm2m_100'); other architectures "
             "(mBART, T5...) are not supported"
         )
-    refused = []
+    refused, shape = bart_shape(hf, "swish")
     if not hf.get("share_encoder_decoder_embeddings", True):
-        refused.append("share_encoder_decoder_embeddings=false (a vocabulary per side)")
-    for a, b in (("encoder_ffn_dim", "decoder_ffn_dim"),
-                 ("encoder_attention_heads", "decoder_attention_heads")):  # fmt: skip
-        if hf[a] != hf[b]:
-            refused.append(f"{a}={hf[a]} with {b}={hf[b]} (nmt has one value for both)")
-    activation = ACTIVATIONS.get(hf.get("activation_function", "swish"))
-    if activation is None:
-        refused.append(f"activation_function={hf['activation_function']!r}")
+        refused.insert(0, "share_encoder_decoder_embeddings=false (a vocabulary per side)")
     if hf.get("decoder_vocab_size", hf["vocab_size"]) != hf["vocab_size"]:
         refused.append("decoder_vocab_size differs from vocab_size")
     if hf.get("decoder_start_token_id", hf["pad_token_id"]) != hf["pad_token_id"]:
@@ -178,15 +171,7 @@ def model_config(hf: dict) -> TransformerConfig:
     if refused:
         raise NMTError("this Marian model has what nmt's Transformer lacks: " + "; ".join(refused))
     return TransformerConfig(
-        d_model=hf["d_model"],
-        heads=hf["encoder_attention_heads"],
-        ff_size=hf["encoder_ffn_dim"],
-        encoder_layers=hf["encoder_layers"],
-        decoder_layers=hf["decoder_layers"],
-        dropout=hf.get("dropout", 0.1),
-        attention_dropout=hf.get("attention_dropout", 0.0),
-        activation_dropout=hf.get("activation_dropout", 0.0),
-        activation=activation,
+        **shape,
         norm=Norm.post,
         positions=Positions.sinusoidal_halves,
         max_positions=hf.get("max_position_embeddings", 512),
@@ -194,6 +179,28 @@ def model_config(hf: dict) -> TransformerConfig:
         share_embeddings=True,
         tie_output=bool(hf.get("tie_word_embeddings", True)),
     )
+
+
+def bart_shape(hf: dict, activation: str) -> tuple[list[str], dict]:
+    """What the BART-style configs (Marian, M2M-100) share: the refusals of what nmt's
+    Transformer has one value for, and its size, dropout and activation options (`activation`:
+    the config's default activation_function)."""
+    refused = []
+    for a, b in (("encoder_ffn_dim", "decoder_ffn_dim"),
+                 ("encoder_attention_heads", "decoder_attention_heads")):  # fmt: skip
+        if hf[a] != hf[b]:
+            refused.append(f"{a}={hf[a]} with {b}={hf[b]} (nmt has one value for both)")
+    name = hf.get("activation_function", activation)
+    if name not in ACTIVATIONS:
+        refused.append(f"activation_function={name!r}")
+    shape = dict(
+        d_model=hf["d_model"], heads=hf["encoder_attention_heads"], ff_size=hf["encoder_ffn_dim"],
+        encoder_layers=hf["encoder_layers"], decoder_layers=hf["decoder_layers"],
+        dropout=hf.get("dropout", 0.1), attention_dropout=hf.get("attention_dropout", 0.0),
+        activation_dropout=hf.get("activation_dropout", 0.0),
+        activation=ACTIVATIONS.get(name, ACTIVATIONS[activation]),
+    )  # fmt: skip
+    return refused, shape
 
 
 def write_options(model: TransformerConfig, decode: DecodeConfig, directory: Path) -> None:
