@@ -314,3 +314,91 @@ def test_every_tool_takes_the_import(nllb, demo_dir, tmp_path, capsys):
     # the exported runtimes would translate without the codes: refused, nothing written
     assert cli.export([f"ckpt={ours}", "format=onnx", f"out={tmp_path / 'onnx'}"]) == 2
     assert "language codes" in capsys.readouterr().err and not (tmp_path / "onnx").exists()
+
+
+def _fine_tune_args(ours: Path, demo_dir: Path, run: Path, *extra: str) -> list[str]:
+    return [
+        "--config-dir", str(ours), "model=imported", f"train.init_from={ours}", "data=demo",
+        f"data.local_dir={demo_dir}", f"run_dir={run}", "train.batch_tokens=600",
+        "train.calibrate=false", *extra,
+    ]  # fmt: skip
+
+
+def test_fine_tuning_carries_the_language_codes(nllb, demo_dir, tmp_path, capsys, monkeypatch):
+    """nmt-train on data=demo (de -> en) from the import: the run takes the import's codes, its
+    data maps de and en to them (a language without a code is refused, naming one that fits),
+    and each pair is laid out as Hugging Face trains NLLB: `deu_Latn X </s>` into
+    `</s> eng_Latn Y` -> `eng_Latn Y </s>`, so nmt's loss on a batch is transformers' loss on the
+    same pairs. LoRA training lowers the validation loss, and the tuned checkpoint translates
+    from de by its name."""
+    from nmt.cli.compose import compose_config
+    from nmt.data.batches import collate
+    from nmt.metrics import bleu
+    from nmt.training import validation
+    from nmt.training.loss import batch_loss
+    from nmt.training.setup import prepare_run
+    from nmt.translation import search
+
+    cpu = torch.device("cpu")
+    hf_dir, ours = nllb
+    assert cli.train(_fine_tune_args(ours, demo_dir, tmp_path / "no_codes")) == 2
+    err = capsys.readouterr().err
+    assert "data.language_codes.de=CODE" in err and "deu_Latn" in err
+
+    codes = ["+data.language_codes.de=deu_Latn", "+data.language_codes.en=eng_Latn"]
+    args = _fine_tune_args(ours, demo_dir, tmp_path / "run", *codes)
+    cfg = compose_config("train", args[2:], config_dir=str(ours))
+    data, model, _ = prepare_run(cfg)
+    with data.train:
+        batch = data.train.batch(list(range(8)))
+    src_code, tgt_code = (data.vocabs.src.piece_to_id(c) for c in ("deu_Latn", "eng_Latn"))
+    assert (batch.src[:, 0] == src_code).all() and (batch.tgt_in[:, 1] == tgt_code).all()
+    assert (batch.tgt_in[:, 0] == BOS).all() and (batch.tgt_out[:, 0] == tgt_code).all()
+    assert data.valid.src[0][0] == src_code and data.valid.tgt[0][0] == tgt_code
+    assert data.valid.forced == 1
+    src = (demo_dir / "valid.de").read_text("utf-8").splitlines()[:8]
+    tgt = (demo_dir / "valid.en").read_text("utf-8").splitlines()[:8]
+    valid = collate(list(range(8)), data.valid.src[:8], data.valid.tgt[:8])
+    model.eval()
+    with torch.no_grad():
+        nll, tokens = batch_loss(model, valid, 0.0)
+        hf_batch = hf_tokenizer(hf_dir)(src, text_target=tgt, padding=True, return_tensors="pt")
+        labels = hf_batch["labels"].masked_fill(hf_batch["labels"] == 1, -100)
+        hf_loss = hf_model(hf_dir)(**{**hf_batch, "labels": labels}).loss
+    assert (nll / valid.n_tgt_tokens).item() == pytest.approx(hf_loss.item(), abs=1e-4)
+    # validation decodes as nmt-translate does: the code forced and scored 0
+    asked = []
+
+    def decode_all(*args, **kwargs):
+        asked.append(kwargs)
+        return search.decode_all(*args, **kwargs)
+
+    monkeypatch.setattr(validation, "decode_all", decode_all)
+    metrics = validation.validate(model, data.valid, data.valid_references, data.vocabs, cfg, cpu)
+    assert asked[0]["free_prefix"] == 1 and asked[0]["prefixes"][0] == [tgt_code]
+    sources = (demo_dir / "valid.de").read_text("utf-8").splitlines()
+    hypotheses = Translator.from_checkpoint(ours, cfg.decode, "cpu").translate(sources)
+    assert metrics["bleu"] == pytest.approx(bleu(hypotheses, data.valid_references))
+
+    # the import knows de -> en alone: LoRA on en -> de teaches it a direction
+    back = [*codes, "data.src_lang=en", "data.tgt_lang=de"]
+    probe = compose_config("train", _fine_tune_args(ours, demo_dir, tmp_path / "probe", *back)[2:],
+                           config_dir=str(ours))  # fmt: skip
+    reverse, base, _ = prepare_run(probe)
+    reverse.train.close()
+    reverse_valid = collate(list(range(32)), reverse.valid.src[:32], reverse.valid.tgt[:32])
+    before = (ours / "ckpt.pt").read_bytes()
+    run = tmp_path / "lora"
+    tuned = _fine_tune_args(ours, demo_dir, run, *back, "train.lora.rank=4", "train.lr=0.01",
+                            "train.max_steps=40", "train.valid_every=40")  # fmt: skip
+    assert cli.train(tuned) == 0
+    assert (ours / "ckpt.pt").read_bytes() == before
+    last = load_checkpoint(run / "checkpoints" / "last")
+    assert last.config.data.language_codes["de"] == "deu_Latn"
+    with torch.no_grad():
+        base_nll, _ = batch_loss(base.eval(), reverse_valid, 0.0)
+        tuned_nll, _ = batch_loss(restore_model(last, cpu), reverse_valid, 0.0)
+    assert tuned_nll < 0.8 * base_nll
+    translator = Translator.from_checkpoint(run / "checkpoints" / "last", DecodeConfig(), "cpu")
+    [result] = translator.translate_full([tgt[0]], attention=False)
+    assert result.tgt_pieces[0] == "deu_Latn" and result.text

@@ -321,3 +321,12 @@ def pad_flat(
     if after is not None:
         out[np.arange(len(lengths)), lengths + shift] = after
     return torch.from_numpy(out)
+
+
+def prepend(ids: np.ndarray, lens: np.ndarray, prefix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows given flat (ids, lengths) with `prefix` put before each (tags, language codes)."""
+    if not len(prefix):
+        return ids, lens
+    starts = np.cumsum(lens) - lens
+    at = np.repeat(starts, len(prefix))  # np.insert keeps the order of equal positions
+    return np.insert(ids, at, np.tile(prefix, len(lens))), lens + len(prefix)

@@ -39,7 +39,8 @@ import numpy as np
 import torch
 
 from nmt.config import CorpusConfig, DataConfig, Split
-from nmt.data.batches import Batch, EpochSampling, pad_flat
+from nmt.data.batches import Batch, EpochSampling, pad_flat, prepend
+from nmt.data.languages import code_prefixes
 from nmt.data.splits import Corpus, Encoded, SplitText, encode, read_split, split_digest
 from nmt.data.tokenized import TokenizedCorpus
 from nmt.errors import NMTError
@@ -161,20 +162,26 @@ def valid_splits(cfg: DataConfig) -> list[tuple[str, CorpusConfig, Corpus]]:
 
 
 def encode_valid(
-    splits: list[tuple[str, CorpusConfig, Corpus]], vocabs: Vocabs, ids: dict[str, int]
+    splits: list[tuple[str, CorpusConfig, Corpus]],
+    vocabs: Vocabs,
+    ids: dict[str, int],
+    cfg: DataConfig,
 ) -> tuple[Encoded, list[str], dict[str, range]]:
-    """The validation splits as one, tags before the sources, and the references: validation
-    scores the mixture of directions. Also, per direction, the rows of its first split: the
-    split nmt-evaluate scores that direction on (`directions`), which validation scores alone."""
-    src, tgt, refs, rows = [], [], [], {}
+    """The validation splits as one, tags (and language codes) before the sources, codes before
+    the targets, and the references: validation scores the mixture of directions. Also, per
+    direction, the rows of its first split: the split nmt-evaluate scores that direction on
+    (`directions`), which validation scores alone."""
+    src, tgt, refs, rows, forced = [], [], [], {}, 0
     for direction, corpus, raw in splits:
-        prefix = source_prefix(corpus, ids)
+        codes = code_prefixes(cfg, *cfg.languages(corpus), vocabs.src)
+        forced = len(codes[1])  # the same for every corpus: codes for all, or for none
+        prefix = source_prefix(corpus, ids) + codes[0]
         encoded = encode(raw, vocabs)
         rows.setdefault(direction, range(len(src), len(src) + len(encoded)))
         src += [prefix + s for s in encoded.src]
-        tgt += encoded.tgt
+        tgt += [codes[1] + t for t in encoded.tgt]
         refs += raw.tgt
-    return Encoded(src, tgt), refs, rows
+    return Encoded(src, tgt, forced), refs, rows
 
 
 class MixedCorpus:
@@ -191,9 +198,15 @@ class MixedCorpus:
         seed: int,
         sampling: EpochSampling | None,
         path: Path,
+        tgt_prefixes: list[list[int]] | None = None,
     ) -> None:
+        """`prefixes`: per corpus, the ids before each of its sources (its tags, its source
+        language's code); `tgt_prefixes`, before each of its targets (its target language's
+        code, for a model with language codes: `nmt.data.languages`)."""
         self.parts, self.sampling, self.path, self.seed = parts, sampling, path, seed
         self.prefixes = [np.asarray(p, dtype=np.int64) for p in prefixes]
+        targets = tgt_prefixes or [[]] * len(parts)
+        self.tgt_prefixes = [np.asarray(p, dtype=np.int64) for p in targets]
         for part in parts if sampling is not None else []:
             if not part.has_nbest:
                 raise NMTError(f"{part.path} holds no n-best segmentations to sample from")
@@ -252,7 +265,7 @@ class MixedCorpus:
                         cands = part.candidates(index, self.sampling.sampled)
                         best = self.sampling.lengths(cands, best, keys[chunk], epoch)
                     src[chunk] = best[0].astype(np.int32) + len(self.prefixes[c])
-                    tgt[chunk] = best[1]
+                    tgt[chunk] = best[1].astype(np.int32) + len(self.tgt_prefixes[c])
             self._epoch = (epoch, keys, src, tgt)
         return self._epoch[1], self._epoch[2], self._epoch[3]
 
@@ -269,7 +282,7 @@ class MixedCorpus:
 
     def _rows(self, keys: np.ndarray, epoch: int | None) -> tuple[np.ndarray, list[np.ndarray]]:
         """(the order of the rows, grouped by corpus; [source ids, lengths, target ids, lengths]
-        flat in that order, sources tagged) of the examples with `keys`."""
+        flat in that order, with their prefixes) of the examples with `keys`."""
         corpus, local = self._where(keys)
         order = np.argsort(corpus, kind="stable")
         out: list[list[np.ndarray]] = [[], [], [], []]
@@ -281,8 +294,9 @@ class MixedCorpus:
                 arrays = self.sampling.resegment(
                     arrays, part.candidates(index, self.sampling.sampled), keys[rows], epoch
                 )
-            src, src_lens = _prepend(arrays[0], arrays[1], self.prefixes[c])
-            for k, a in enumerate((src, src_lens, arrays[2], arrays[3])):
+            src, src_lens = prepend(arrays[0], arrays[1], self.prefixes[c])
+            tgt, tgt_lens = prepend(arrays[2], arrays[3], self.tgt_prefixes[c])
+            for k, a in enumerate((src, src_lens, tgt, tgt_lens)):
                 out[k].append(np.asarray(a, dtype=np.int64))
         return order, [np.concatenate(a) for a in out]
 
@@ -312,14 +326,3 @@ class MixedCorpus:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _prepend(
-    ids: np.ndarray, lens: np.ndarray, prefix: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Rows given flat (ids, lengths) with `prefix` put before each."""
-    if not len(prefix):
-        return ids, lens
-    starts = np.cumsum(lens) - lens
-    at = np.repeat(starts, len(prefix))  # np.insert keeps the order of equal positions
-    return np.insert(ids, at, np.tile(prefix, len(lens))), lens + len(prefix)

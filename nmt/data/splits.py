@@ -252,10 +252,13 @@ def _cache_file(path: Path) -> tuple[str, str, int]:
 
 @dataclass
 class Encoded:
-    """Token ids of a corpus; sources end with EOS, targets carry neither BOS nor EOS."""
+    """Token ids of a corpus; sources end with EOS, targets carry neither BOS nor EOS. For a
+    model with language codes each target starts with its language's code, which translation
+    forces: `forced` says how many pieces that is (`nmt.data.languages`)."""
 
     src: list[list[int]]
     tgt: list[list[int]]
+    forced: int = 0
 
     def __len__(self) -> int:
         return len(self.src)

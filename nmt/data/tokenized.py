@@ -42,7 +42,7 @@ import torch
 from nmt import tokenizer
 from nmt.config import DataConfig, Split
 from nmt.data import splits as data_module
-from nmt.data.batches import Batch, Candidates, EpochSampling, pad_flat
+from nmt.data.batches import Batch, Candidates, EpochSampling, pad_flat, prepend
 from nmt.data.cache import building, code_digest, digest, file_digest
 from nmt.data.splits import load_hub_split, local_files, pair_from_record, raw_pairs
 from nmt.errors import NMTError
@@ -81,8 +81,17 @@ class TokenizedCorpus:
     example i is the i-th pair kept. The entry holds the best segmentation; with `sampling` (subword
     regularization), a training batch of a given epoch is resegmented as it is read."""
 
-    def __init__(self, path: Path, max_len: int, sampling: EpochSampling | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        max_len: int,
+        sampling: EpochSampling | None = None,
+        prefixes: tuple[list[int], list[int]] = ([], []),
+    ) -> None:
+        """`prefixes`: the ids put before each source and each target (a model's language
+        codes: `nmt.data.languages`), counted in `lengths`; `max_len` bounds the pairs without."""
         self.path, self.sampling = path, sampling
+        self.prefixes = tuple(np.asarray(p, dtype=np.int64) for p in prefixes)
         self._epoch_lengths: tuple[int, np.ndarray, np.ndarray] | None = None
         files = sorted((path / DATA).glob("data-*.arrow"))  # save_to_disk's shards, in order
         if not files:
@@ -141,6 +150,11 @@ class TokenizedCorpus:
         self._sizes = {name: np.concatenate(s)[self.rows] for name, s in sizes.items() if s}
         self._dtypes = dtypes
         self.has_nbest = all(name in present for name in NBEST_COLUMNS)
+        # what `lengths` gives: the same arrays when there is no prefix
+        self._lens = tuple(
+            lens + len(p) if len(p) else lens
+            for lens, p in zip((self.src_lens, self.tgt_lens), self.prefixes)
+        )
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -157,7 +171,7 @@ class TokenizedCorpus:
         draws, which `batch(index, epoch)` will give (what an epoch is planned from). Computed
         once per epoch, reading every pair's n-best lists: 4 bytes a pair in memory."""
         if self.sampling is None or epoch is None:
-            return self.src_lens, self.tgt_lens
+            return self._lens[0], self._lens[1]
         if self._epoch_lengths is None or self._epoch_lengths[0] != epoch:
             self._epoch_lengths = None  # the last epoch's go first
             src, tgt = np.empty_like(self.src_lens), np.empty_like(self.tgt_lens)
@@ -167,7 +181,8 @@ class TokenizedCorpus:
                 drawn = self.sampling.lengths(
                     self.candidates(index, self.sampling.sampled), best, index, epoch
                 )
-                src[index], tgt[index] = drawn
+                src[index] = drawn[0] + len(self.prefixes[0])
+                tgt[index] = drawn[1] + len(self.prefixes[1])
             self._epoch_lengths = (epoch, src, tgt)
         return self._epoch_lengths[1], self._epoch_lengths[2]
 
@@ -176,13 +191,15 @@ class TokenizedCorpus:
         or, given the training `epoch` of a corpus with `sampling`, in that epoch's sampled one.
         `n_tgt_tokens` counts the pieces the batch holds."""
         examples = np.asarray(index, dtype=np.int64)
-        src, src_lens, tgt, tgt_lens = self.flat(examples)
+        src, src_lens, tgt, tgt_lens = self._flat(examples)
         if self.sampling is not None and epoch is not None:
             arrays = (src, src_lens, tgt, tgt_lens)
             candidates = self.candidates(examples, self.sampling.sampled)
             src, src_lens, tgt, tgt_lens = self.sampling.resegment(
                 arrays, candidates, examples, epoch
             )
+        src, src_lens = prepend(src, src_lens, self.prefixes[0])
+        tgt, tgt_lens = prepend(tgt, tgt_lens, self.prefixes[1])
         tgt_in, tgt_out = pad_flat(tgt, tgt_lens, before=BOS), pad_flat(tgt, tgt_lens, after=EOS)
         tokens = int(tgt_lens.sum()) + len(index)
         lens = torch.from_numpy(src_lens)
@@ -191,7 +208,14 @@ class TokenizedCorpus:
     def flat(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(source ids, source lengths, target ids, target lengths) of examples `index`, in that
         order, each side one flat int64 array: what a batch is padded from and the lexicon learned
-        from. One pread per example and side."""
+        from, with their prefixes. One pread per example and side."""
+        src, src_lens, tgt, tgt_lens = self._flat(index)
+        src, src_lens = prepend(src, src_lens, self.prefixes[0])
+        tgt, tgt_lens = prepend(tgt, tgt_lens, self.prefixes[1])
+        return src, src_lens, tgt, tgt_lens
+
+    def _flat(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """`flat` without the prefixes: the ids as stored."""
         batch, fds = self._where(index)
         out = []
         for side, lens in (("src", self.src_lens), ("tgt", self.tgt_lens)):

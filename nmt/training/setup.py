@@ -24,6 +24,7 @@ from nmt.data import splits as data_module
 from nmt.data.batches import EpochSampling
 from nmt.data.cache import building, cache_root, code_digest, copy_files, digest
 from nmt.data.corpora import MixedCorpus
+from nmt.data.languages import code_prefixes, inherit_codes
 from nmt.data.splits import Encoded, SplitText, encode, read_split, split_digest
 from nmt.data.tokenized import TokenizedCorpus, tokenize
 from nmt.distributed import SINGLE, Dist, barrier
@@ -108,6 +109,9 @@ def prepare_run(
         raise NMTError("the training split is empty")
     resume = load_resume_point(root) if cfg.train.resume else None
     init = load_init(cfg) if cfg.train.init_from else None
+    start = resume or init
+    if start is not None:  # a model with language codes: the run's languages get theirs
+        inherit_codes(cfg.data, start.config.data, str(start.path))
     if resume is not None:
         check_resume(cfg, resume)
         vocabs = _own_vocabs(resume.vocabs, run_dir, where)
@@ -120,6 +124,8 @@ def prepare_run(
         vocabs = load_vocabs(run_dir)
     # a tag the tokenizer lacks (one from train.init_from) fails before tokenizing
     tag_ids = corpora.check_tags(vocabs.src, corpora.tag_symbols(cfg.data))
+    # a model with language codes: the ids before each source and each target (one corpus)
+    codes = code_prefixes(cfg.data, cfg.data.src_lang, cfg.data.tgt_lang, vocabs.src)
     if mixed:
         train_data = _mixed_corpus(cfg, vocabs, cache, digests, tag_ids, where)
     else:
@@ -127,7 +133,7 @@ def prepare_run(
             tokenize(cfg.data, vocabs, cache, source, pairs)
         barrier(where)
         entry = tokenize(cfg.data, vocabs, cache, source, pairs)  # built: every rank finds it
-        train_data = TokenizedCorpus(entry, cfg.data.max_len, _sampling(cfg, vocabs))
+        train_data = TokenizedCorpus(entry, cfg.data.max_len, _sampling(cfg, vocabs), codes)
     try:  # the caller closes the corpus (`with data.train:`) once it has it
         if len(train_data) == 0:
             raise NMTError("no training pairs left after length filtering (data.max_len)")
@@ -141,8 +147,12 @@ def prepare_run(
         directions: dict[str, range] = {}
         if valid_corpus is not None:
             valid, references = encode(valid_corpus, vocabs), valid_corpus.tgt
+            src, tgt = [codes[0] + s for s in valid.src], [codes[1] + t for t in valid.tgt]
+            valid = Encoded(src, tgt, len(codes[1]))
         else:
-            valid, references, directions = corpora.encode_valid(valid_mix, vocabs, tag_ids)
+            valid, references, directions = corpora.encode_valid(
+                valid_mix, vocabs, tag_ids, cfg.data
+            )
         if cfg.train.valid_bleu:  # a prefix validation cannot force fails now, not at step 1000
             validation_prefixes(valid.src, vocabs.tgt, cfg.decode)
         data = RunData(vocabs, train_data, valid, references, lexicon, directions)
@@ -171,8 +181,13 @@ def _mixed_corpus(
             tokenize(corpus, vocabs, cache, source, pairs)
     barrier(where)
     entries = [tokenize(c, vocabs, cache, s, n) for c, (s, n) in zip(data, digests)]
-    prefixes = [corpora.source_prefix(c, tag_ids) for c in cfg.data.corpora]
-    path = cache / "mixtures" / digest([e.name for e in entries], prefixes)
+    codes = [code_prefixes(cfg.data, *cfg.data.languages(c), vocabs.src) for c in cfg.data.corpora]
+    prefixes = [
+        corpora.source_prefix(c, tag_ids) + src for c, (src, _) in zip(cfg.data.corpora, codes)
+    ]
+    tgt_prefixes = [tgt for _, tgt in codes]
+    key = [prefixes, tgt_prefixes] if any(tgt_prefixes) else prefixes  # older mixtures' keys kept
+    path = cache / "mixtures" / digest([e.name for e in entries], key)
     path.mkdir(parents=True, exist_ok=True)  # the mixture's lexicon is kept there
     parts: list[TokenizedCorpus] = []
     try:
@@ -181,7 +196,7 @@ def _mixed_corpus(
         weights = [c.weight for c in cfg.data.corpora]
         return MixedCorpus(
             parts, prefixes, weights, cfg.data.temperature, cfg.seed, _sampling(cfg, vocabs),
-            path,
+            path, tgt_prefixes,
         )  # fmt: skip
     except BaseException:
         for part in parts:

@@ -42,11 +42,16 @@ def validate(
     """{"loss", "ppl"} per target token, and "bleu" with `train.valid_bleu` (against the raw
     `references`, detokenized as nmt-evaluate scores; `lexicon` serves `decode.shortlist`).
     With several `directions` (a model of several corpora: direction -> its rows), also
-    "bleu_<direction>" for each, from the same hypotheses. Leaves the model in training mode."""
+    "bleu_<direction>" for each, from the same hypotheses. The first `data.forced` pieces of each
+    target (a model's language code) are forced and scored 0, as translation forces them.
+    Leaves the model in training mode."""
     # decode.prefix checked first: a prefix it cannot force fails before any work
     prefixes = (
         validation_prefixes(data.src, vocabs.tgt, cfg.decode) if cfg.train.valid_bleu else None
     )
+    forced = data.forced
+    if forced and cfg.train.valid_bleu:
+        prefixes = [t[:forced] + (prefixes[i] if prefixes else []) for i, t in enumerate(data.tgt)]
     model.eval()
     nll, tokens = torch.zeros((), device=device), 0  # summed on the device, read once
     lens_src, lens_tgt = [len(s) for s in data.src], [len(t) for t in data.tgt]
@@ -61,7 +66,10 @@ def validate(
     if cfg.train.valid_bleu:
         # the search runs as nmt-evaluate runs it (in decode.precision), so the BLEU logged here
         # is the one nmt-evaluate gives the checkpoint
-        hyps = decode_all(model, data.src, cfg.decode, device, lexicon=lexicon, prefixes=prefixes)
+        hyps = decode_all(
+            model, data.src, cfg.decode, device, lexicon=lexicon, prefixes=prefixes,
+            free_prefix=forced,
+        )  # fmt: skip
         # a sentence the step rules left without a hypothesis scores as an empty translation
         texts = vocabs.tgt.decode([h[0].tokens if h else [] for h in hyps])
         result["bleu"] = bleu(texts, references)

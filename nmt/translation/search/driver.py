@@ -43,10 +43,12 @@ def decode_all(
     attention: bool = False,
     lexicon: Lexicon | None = None,
     prefixes: list[list[int]] | None = None,
+    free_prefix: int = 0,
 ) -> list[list[Hypothesis]]:
     """Decode every source (ids ending in EOS) in length-sorted batches; n-best lists (best
-    first) in input order: `search_all` of a job with these sources and `prefixes`."""
-    job = SearchJob(src_ids, cfg, prefixes, attention=attention)
+    first) in input order: `search_all` of a job with these sources and `prefixes` (the first
+    `free_prefix` pieces of each scored 0: `SearchJob.free_prefix`)."""
+    job = SearchJob(src_ids, cfg, prefixes, attention=attention, free_prefix=free_prefix)
     return [d.nbest for d in search_all(model, job, device, lexicon)]
 
 
