@@ -13,6 +13,10 @@ imported with nmt-import, scored by both, fine-tuned with nmt-train. Prints JSON
    limit: BLEU of each, and how many lines are identical.
 4. `nmt-train --config-dir OUT model=imported train.init_from=OUT` on Multi30k for
    --tune-minutes; test2016 BLEU of the tuned model (nmt, beam 5, the same settings).
+5. With --lora-rank R, the same for LoRA (`train.lora.rank=R`, lr --lora-lr): each fine-tune runs
+   in a process of its own, which reports its peak resident memory (VmHWM, which starts afresh
+   at exec, unlike ru_maxrss); beside BLEU, the updates made, the trainable parameters and the
+   size of the checkpoint each writes.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ import argparse
 import json
 import math
 import random
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -156,6 +162,59 @@ def nmt_translate(ckpt: Path, texts: list[str]) -> list[str]:
 BLEU = sacrebleu.BLEU()
 
 
+def peak_mb() -> float:
+    """This process's peak resident memory (VmHWM), in MB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+def tune_child(argv: list[str]) -> None:
+    """--tune-child: one nmt-train run in this fresh process, then its peak memory as JSON."""
+    code = cli.train(argv)
+    print(json.dumps({"rc": code, "peak_mb": round(peak_mb())}))
+
+
+def fine_tune(
+    imported: Path, run: Path, data: Path, minutes: float, lr: float, *extra: str
+) -> dict:
+    argv = [
+        "--config-dir", str(imported), "model=imported", f"train.init_from={imported}",
+        "data=multi30k", f"data.local_dir={data}", f"run_dir={run}",
+        f"train.max_minutes={minutes}", f"train.lr={lr}", "train.scheduler=constant",
+        "train.valid_every=200", "train.label_smoothing=0.1", *extra,
+    ]  # fmt: skip
+    child = subprocess.run(
+        [sys.executable, __file__, "--tune-child", json.dumps(argv)],
+        stdout=subprocess.PIPE, text=True, check=False,
+    )  # fmt: skip
+    report = json.loads(child.stdout.strip().splitlines()[-1])
+    if child.returncode != 0 or report["rc"] != 0:
+        raise SystemExit(f"fine-tuning {run} failed")
+    best = run / "checkpoints" / "best"
+    payload = torch.load(best / "ckpt.pt", map_location="cpu", weights_only=True)
+    weights = payload.get("adapters") or payload["model"]
+    frozen_total = sum(
+        v.numel()
+        for v in torch.load(imported / "ckpt.pt", map_location="cpu", weights_only=True)[
+            "model"
+        ].values()
+    )
+    trainable = sum(v.numel() for v in weights.values())
+    return {
+        "minutes": minutes,
+        "lr": lr,
+        "updates": payload["step"],
+        "peak_mb": report["peak_mb"],
+        "trainable_share": round(trainable / frozen_total, 4),
+        "checkpoint_mb": round((best / "ckpt.pt").stat().st_size / 1e6, 2),
+        "checkpoint_share": round(
+            (best / "ckpt.pt").stat().st_size / (imported / "ckpt.pt").stat().st_size, 4
+        ),
+    }
+
+
 def bleu(hyps: list[str], refs: list[str]) -> float:
     return round(BLEU.corpus_score(hyps, [refs]).score, 2)
 
@@ -170,7 +229,13 @@ def main() -> None:
     parser.add_argument("--pieces", type=int, default=8000)
     parser.add_argument("--batch-tokens", type=int, default=2048)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--lora-rank", type=int, default=0, help="0: no LoRA leg")
+    parser.add_argument("--lora-lr", type=float, default=2e-3)
+    parser.add_argument("--tune-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.tune_child:
+        tune_child(json.loads(args.tune_child))
+        return
     args.work.mkdir(parents=True)
     data = args.data_dir
     src, tgt = read(data / "train.de"), read(data / "train.en")
@@ -185,19 +250,20 @@ def main() -> None:
         "nmt_bleu": bleu(ours, test_ref),
         "identical_lines": f"{sum(a == b for a, b in zip(theirs, ours))}/{len(ours)}",
     }
-    run = args.work / "tuned"
-    tune = [
-        "--config-dir", str(imported), "model=imported", f"train.init_from={imported}",
-        "data=multi30k", f"data.local_dir={data}", f"run_dir={run}",
-        f"train.max_minutes={args.tune_minutes}", f"train.lr={args.tune_lr}",
-        "train.scheduler=constant", "train.valid_every=200", "train.label_smoothing=0.1",
-    ]  # fmt: skip
-    if cli.train(tune) != 0:
-        raise SystemExit("fine-tuning failed")
-    result["fine_tuned"] = {
-        "minutes": args.tune_minutes,
-        "test2016_bleu": bleu(nmt_translate(run / "checkpoints" / "best", test_src), test_ref),
-    }
+    full = fine_tune(imported, args.work / "tuned", data, args.tune_minutes, args.tune_lr)
+    best = args.work / "tuned" / "checkpoints" / "best"
+    result["fine_tuned"] = {**full, "test2016_bleu": bleu(nmt_translate(best, test_src), test_ref)}
+    if args.lora_rank:
+        run = args.work / "lora"
+        lora = fine_tune(
+            imported, run, data, args.tune_minutes, args.lora_lr,
+            f"train.lora.rank={args.lora_rank}",
+        )  # fmt: skip
+        best = run / "checkpoints" / "best"
+        result["lora"] = {
+            "rank": args.lora_rank, **lora,
+            "test2016_bleu": bleu(nmt_translate(best, test_src), test_ref),
+        }  # fmt: skip
     result["signature"] = str(BLEU.get_signature())
     result["torch"] = torch.__version__
     print(json.dumps(result, indent=1))
