@@ -384,6 +384,13 @@ def save_run_config(cfg: TrainRunConfig, path: Path) -> None:
 class ImportRunConfig:
     source: str = MISSING  # a Marian model's directory (Hugging Face layout) or a hub id
     out: str = MISSING  # the new checkpoint directory
+    # text files of the languages in use: only the pieces they need are kept (a smaller table
+    # and output layer: `nmt.pretrained.trimming`); [] = every piece
+    keep_text: list[str] = field(default_factory=list)
+    # language codes to add to an NLLB-200 / M2M-100 model, to fine-tune it on a language it
+    # lacks: new code -> "mean" (its row the mean of the codes' rows) or an existing code (a copy
+    # of a related language's row): {xho_Latn: mean, gsw_Latn: deu_Latn}
+    add_languages: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

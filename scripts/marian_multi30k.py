@@ -25,6 +25,7 @@ import argparse
 import json
 import math
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -220,9 +221,15 @@ def bleu(hyps: list[str], refs: list[str]) -> float:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--tune-child"]:  # a fine-tune in a process of its own (`fine_tune`)
+        tune_child(json.loads(sys.argv[2]))
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", type=Path, required=True)
-    parser.add_argument("--work", type=Path, required=True, help="a new directory")
+    parser.add_argument(
+        "--work", type=Path, required=True,
+        help="a new directory, or an earlier run's (its trained Marian model is reused)",
+    )  # fmt: skip
     parser.add_argument("--hf-minutes", type=float, default=10.0)
     parser.add_argument("--tune-minutes", type=float, default=5.0)
     parser.add_argument("--tune-lr", type=float, default=3e-4)
@@ -231,25 +238,28 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--lora-rank", type=int, default=0, help="0: no LoRA leg")
     parser.add_argument("--lora-lr", type=float, default=2e-3)
-    parser.add_argument("--tune-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.tune_child:
-        tune_child(json.loads(args.tune_child))
-        return
-    args.work.mkdir(parents=True)
+    args.work.mkdir(parents=True, exist_ok=True)
     data = args.data_dir
     src, tgt = read(data / "train.de"), read(data / "train.en")
     test_src, test_ref = read(data / "test_2016_flickr.de"), read(data / "test_2016_flickr.en")
-    hf_dir = args.work / "hf"
-    hf_dir.mkdir()
-    result = {"hf_training": train_marian(hf_dir, src, tgt, args)}
-    imported = import_marian(str(hf_dir), args.work / "imported")
+    hf_dir, record = args.work / "hf", args.work / "hf_training.json"
+    if not record.is_file():  # a --work of an earlier run keeps its trained model
+        shutil.rmtree(hf_dir, ignore_errors=True)
+        hf_dir.mkdir()
+        record.write_text(json.dumps(train_marian(hf_dir, src, tgt, args)))
+    result = {"hf_training": json.loads(record.read_text())}
+    imported = args.work / "imported"
+    if not imported.is_dir():
+        import_marian(str(hf_dir), imported)
     theirs, ours = hf_translate(hf_dir, test_src), nmt_translate(imported, test_src)
     result["test2016"] = {
         "hugging_face_bleu": bleu(theirs, test_ref),
         "nmt_bleu": bleu(ours, test_ref),
         "identical_lines": f"{sum(a == b for a, b in zip(theirs, ours))}/{len(ours)}",
     }
+    for run in ("tuned", "lora"):
+        shutil.rmtree(args.work / run, ignore_errors=True)
     full = fine_tune(imported, args.work / "tuned", data, args.tune_minutes, args.tune_lr)
     best = args.work / "tuned" / "checkpoints" / "best"
     result["fine_tuned"] = {**full, "test2016_bleu": bleu(nmt_translate(best, test_src), test_ref)}

@@ -402,3 +402,75 @@ def test_fine_tuning_carries_the_language_codes(nllb, demo_dir, tmp_path, capsys
     translator = Translator.from_checkpoint(run / "checkpoints" / "last", DecodeConfig(), "cpu")
     [result] = translator.translate_full([tgt[0]], attention=False)
     assert result.tgt_pieces[0] == "deu_Latn" and result.text
+
+
+def test_trimming_keeps_the_translations_of_kept_text(nllb, demo_dir, tmp_path, capsys):
+    """nmt-import keep_text=[FILE]: the table holds the pieces the file needs (with the specials
+    and codes); a kept piece's logits are the untrimmed model's, so greedy search gives the same
+    translation wherever the untrimmed one uses kept pieces only; a missing file is refused."""
+    hf_dir, ours = nllb
+    src = (demo_dir / "valid.de").read_text("utf-8").splitlines()[:40]
+    tgt = (demo_dir / "valid.en").read_text("utf-8").splitlines()[:40]
+    keep = tmp_path / "keep.txt"
+    keep.write_text("\n".join(src + tgt) + "\n", "utf-8")
+    trimmed = tmp_path / "trimmed"
+    assert cli.import_model([f"source={hf_dir}", f"out={trimmed}", f"keep_text=[{keep}]"]) == 0
+    full_pieces, kept_pieces = pieces_of(ours), pieces_of(trimmed)
+    assert len(kept_pieces) < 0.8 * len(full_pieces) and set(CODES) <= set(kept_pieces)
+    assert load_checkpoint(trimmed).payload["imported"]["pieces"].startswith(f"{len(kept_pieces)} ")
+    full_id = {p: i for i, p in enumerate(full_pieces)}
+    to_full = list(range(EOS + 1)) + [full_id[p] for p in kept_pieces[EOS + 1 :]]
+
+    cpu = torch.device("cpu")
+    models = [restore_model(load_checkpoint(d), cpu) for d in (ours, trimmed)]
+    vocabs = [load_checkpoint(d).vocabs for d in (ours, trimmed)]
+    with torch.no_grad():
+        logits = []
+        for model, vocab in zip(models, vocabs):
+            ids = vocab.src.encode(src[:1])[0] + [EOS]
+            tgt_in = [BOS, *vocab.tgt.encode(tgt[:1])[0]]
+            logits.append(model(torch.tensor([ids]), torch.tensor([len(ids)]),
+                                torch.tensor([tgt_in]))[0])  # fmt: skip
+    assert (logits[1] - logits[0][..., to_full]).abs().max() <= 1e-5
+
+    untrimmed = Translator.from_checkpoint(ours, DecodeConfig(), "cpu").translate_full(src)
+    again = Translator.from_checkpoint(trimmed, DecodeConfig(), "cpu").translate(src)
+    kept = set(kept_pieces)
+    covered = [i for i, t in enumerate(untrimmed) if set(t.tgt_pieces) <= kept]
+    assert len(covered) >= 30
+    assert [again[i] for i in covered] == [untrimmed[i].text for i in covered]
+
+    assert cli.import_model([f"source={hf_dir}", f"out={tmp_path / 'x'}", "keep_text=[nope]"]) == 2
+    assert "nope" in capsys.readouterr().err and not (tmp_path / "x").exists()
+
+
+def test_a_language_is_added_from_a_related_one_or_the_mean(nllb, demo_dir, tmp_path, capsys):
+    """add_languages: a new code copied from deu_Latn's row reads a source as deu_Latn does
+    (the same translations); one from the mean of the codes has that row; each is
+    a language of the import, for fine-tuning; a code the model has, or a malformed one, is
+    refused."""
+    hf_dir, ours = nllb
+    added = tmp_path / "added"
+    new = ["+add_languages.gsw_Latn=deu_Latn", "+add_languages.xho_Latn=mean"]
+    assert cli.import_model([f"source={hf_dir}", f"out={added}", *new]) == 0
+    ckpt = load_checkpoint(added)
+    codes = ckpt.config.data.language_codes
+    assert codes["gsw_Latn"] == "gsw_Latn" and codes["xho_Latn"] == "xho_Latn"
+    table = ckpt.payload["model"]["encoder.embed.table.weight"]
+    pieces = pieces_of(added)
+    row = {p: table[i] for i, p in enumerate(pieces)}
+    assert torch.equal(row["gsw_Latn"], row["deu_Latn"])
+    assert torch.allclose(row["xho_Latn"], torch.stack([row[c] for c in CODES]).mean(0))
+    texts = sentences(demo_dir)[:20]
+    beam = DecodeConfig(strategy=Strategy.beam, beam_size=4)
+    want = Translator.from_checkpoint(ours, beam, "cpu").translate_full(texts, attention=False)
+    got = Translator.from_checkpoint(added, beam, "cpu", src_lang="gsw_Latn").translate_full(
+        texts, attention=False
+    )
+    # the same texts (the scores move a little: the softmax has two more rows)
+    assert [g.text for g in got] == [w.text for w in want]
+    for wrong, named in (("deu_Latn=mean", "deu_Latn"), ("klingon=mean", "klingon"),
+                         ("yor_Latn=klingon", "klingon")):  # fmt: skip
+        out = tmp_path / named
+        assert cli.import_model([f"source={hf_dir}", f"out={out}", f"+add_languages.{wrong}"]) == 2
+        assert named in capsys.readouterr().err and not out.exists()

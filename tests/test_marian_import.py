@@ -406,3 +406,22 @@ def test_a_hub_id_is_fetched_and_an_offline_hub_is_one_clear_error(marian, tmp_p
     with pytest.raises(NMTError, match="not a directory, nor a hub id"):
         import_marian("no/such/dir", tmp_path / "nowhere")
     assert not (tmp_path / "offline").exists()
+
+
+def test_trimming_keeps_the_translations_of_kept_text(marian, demo_dir, tmp_path):
+    """keep_text on a Marian import: each file cut by both sentencepiece models; the table holds
+    those pieces and the specials, and greedy search translates as the untrimmed model wherever
+    that model's translation uses kept pieces only."""
+    hf_dir, ours = marian
+    src = (demo_dir / "valid.de").read_text("utf-8").splitlines()[:40]
+    tgt = (demo_dir / "valid.en").read_text("utf-8").splitlines()[:40]
+    keep = tmp_path / "keep.txt"
+    keep.write_text("\n".join(src + tgt) + "\n", "utf-8")
+    trimmed = import_marian(str(hf_dir), tmp_path / "trimmed", keep_text=[str(keep)])
+    kept = json.loads((trimmed / "pieces.marian.json").read_text("utf-8"))
+    assert len(kept) < 0.8 * len(json.loads((ours / "pieces.marian.json").read_text("utf-8")))
+    untrimmed = Translator.from_checkpoint(ours, DecodeConfig(), "cpu").translate_full(src)
+    again = Translator.from_checkpoint(trimmed, DecodeConfig(), "cpu").translate(src)
+    covered = [i for i, t in enumerate(untrimmed) if set(t.tgt_pieces) <= set(kept)]
+    assert len(covered) >= 30
+    assert [again[i] for i in covered] == [untrimmed[i].text for i in covered]

@@ -2,26 +2,40 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
+from nmt.errors import NMTError
 from nmt.pretrained.m2m100 import import_m2m100
 from nmt.pretrained.marian import import_marian, locate, read_json
 from nmt.run_config import ImportRunConfig
 
 
-def import_model(source: str, out: Path) -> Path:
+def import_model(
+    source: str,
+    out: Path,
+    keep_text: Sequence[str] = (),
+    add_languages: dict[str, str] | None = None,
+) -> Path:
     """Write the model `source` (a directory, or a Hugging Face hub id) as the new checkpoint
     `out`: an M2M-100 (NLLB-200, M2M-100: model_type m2m_100, `nmt.pretrained.m2m100`) or a
-    Marian model (`nmt.pretrained.marian`, which names what it refuses)."""
+    Marian model (`nmt.pretrained.marian`, which names what it refuses). With `keep_text`
+    (files), only the pieces those texts need are kept (`nmt.pretrained.trimming`);
+    `add_languages` adds language codes to a model that has codes (`m2m100.add_codes`)."""
     directory = locate(source)
     if read_json(directory / "config.json").get("model_type") == "m2m_100":
-        return import_m2m100(source, out, directory)
-    return import_marian(source, out, directory)
+        return import_m2m100(source, out, directory, keep_text, add_languages)
+    if add_languages:
+        raise NMTError(
+            "add_languages is for models that name their languages by code pieces (NLLB-200, "
+            "M2M-100); a Marian model's >>xx<< tags are pieces of its vocabulary"
+        )
+    return import_marian(source, out, directory, keep_text)
 
 
 def import_main(cfg: ImportRunConfig) -> None:
     """nmt-import: write the checkpoint and say where it is and how to use it."""
-    out = import_model(cfg.source, Path(cfg.out))
+    out = import_model(cfg.source, Path(cfg.out), cfg.keep_text, cfg.add_languages)
     print(
         f"{out}\n  nmt-translate ckpt={out}\n  nmt-evaluate ckpt={out} data=NAME split=test\n"
         f"  nmt-train --config-dir {out} model=imported train.init_from={out} data=NAME ..."

@@ -33,7 +33,11 @@ import logging
 import os
 import re
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
+
+import torch
+from torch import Tensor
 
 from nmt.checkpoint import save_checkpoint
 from nmt.config import DataConfig, Norm, Positions, TransformerConfig
@@ -47,8 +51,10 @@ from nmt.pretrained.marian import (
     locate,
     read_json,
     read_weights,
+    trimmed,
     write_options,
 )
+from nmt.pretrained.trimming import pieces_used, trim
 from nmt.run_config import TrainRunConfig
 from nmt.tokenizer import BOS, M2M_FILES, SPECIAL_PIECES, load_vocabs
 
@@ -70,9 +76,17 @@ M2M100_LANGUAGES = (
 )  # fmt: skip
 
 
-def import_m2m100(source: str, out: Path, directory: Path | None = None) -> Path:
+def import_m2m100(
+    source: str,
+    out: Path,
+    directory: Path | None = None,
+    keep_text: Sequence[str] = (),
+    add_languages: dict[str, str] | None = None,
+) -> Path:
     """Write the M2M-100 / NLLB-200 model `source` (a directory, or a hub id; `directory`:
-    where it was fetched to) as the new nmt checkpoint directory `out`; returns `out`."""
+    where it was fetched to) as the new nmt checkpoint directory `out`; returns `out`. With
+    `keep_text` (files), only the pieces those texts need are kept (`nmt.pretrained.trimming`);
+    `add_languages` adds codes the model lacks (`add_codes`)."""
     out = Path(out)
     if out.exists():
         raise NMTError(f"out={out} exists: choose a new directory")
@@ -86,9 +100,13 @@ def import_m2m100(source: str, out: Path, directory: Path | None = None) -> Path
         raise NMTError(f"{directory} has no {spm.name}: its tokenizer cannot be read")
     hf_ids, codes = hf_vocabulary(directory, tokenizer, hf["vocab_size"])
     order, pieces, hidden = id_order(hf_ids, hf, codes)
+    if keep_text:
+        order, pieces, hidden = trim(order, pieces, hidden, pieces_used([spm], keep_text))
     weights = read_weights(directory)
     state = convert_weights(weights, hf, order, [BOS], final_norms=True)
     del weights
+    if add_languages:
+        pieces, hidden, codes = add_codes(state, pieces, hidden, codes, add_languages)
 
     staging = out.parent / f".{out.name}.import-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
@@ -103,7 +121,10 @@ def import_m2m100(source: str, out: Path, directory: Path | None = None) -> Path
                           local_dir=NOT_DATA, language_codes=codes)  # fmt: skip
         decode = authors_decode(generation, hf, model.max_positions)
         cfg = TrainRunConfig(data=data, model=model, decode=decode, run_dir=".")
-        payload = {"model": state, "imported": {"from": source, "format": "m2m_100"}}
+        imported = {"from": source, "format": "m2m_100", **trimmed(keep_text, hf, pieces)}
+        if add_languages:
+            imported["added_languages"] = dict(add_languages)
+        payload = {"model": state, "imported": imported}
         step_dir = save_checkpoint(staging, 0, payload, cfg, vocabs)
         write_options(model, cfg.decode, step_dir)
         os.rename(step_dir, out)
@@ -112,6 +133,57 @@ def import_m2m100(source: str, out: Path, directory: Path | None = None) -> Path
     log.info("imported %s: %d pieces, %d languages, %s", source, len(pieces), len(codes),
              describe(model))  # fmt: skip
     return out
+
+
+def add_codes(
+    state: dict[str, Tensor],
+    pieces: list[str],
+    hidden: list[int],
+    codes: dict[str, str],
+    wanted: dict[str, str],
+) -> tuple[list[str], list[int], dict[str, str]]:
+    """Append a language code for each key of `wanted` ({"xho_Latn": "mean", "gsw_Latn":
+    "deu_Latn"}) to the table (`state`'s shared embedding, changed in place) and to the piece
+    list, hidden ids and codes: so that fine-tuning can teach the model a language it lacks. The
+    new row is the mean of the existing codes' rows ("mean"), or a copy of the row of the code
+    given (a related language: the model then translates from or into the new code as from or
+    into that one, until trained). An M2M-100 code "__xx__" is the language "xx", as M2M-100's
+    own are."""
+    table = state["encoder.embed.table.weight"]
+    row_of = {piece: i for i, piece in enumerate(pieces)}
+    rows = [row_of[piece] for piece in codes.values()]
+    new_rows, by_piece = [], {piece: lang for lang, piece in codes.items()}
+    for code, like in wanted.items():
+        found = M2M_CODE.fullmatch(code)
+        lang = found.group(1) if found else code
+        if not (NLLB_CODE.fullmatch(code) or found):
+            raise NMTError(
+                f"add_languages: {code!r} is not a language code such as xho_Latn (NLLB-200) "
+                "or __xh__ (M2M-100)"
+            )
+        if lang in codes or code in by_piece:
+            raise NMTError(f"add_languages: the model has {code} already")
+        if like == "mean":
+            new_rows.append(table[rows].mean(0))
+        else:
+            piece = codes.get(like, like)
+            if piece not in by_piece or piece not in row_of:
+                raise NMTError(
+                    f"add_languages.{code}={like}: the model has no code {like!r} (give one of "
+                    "its codes, or mean)"
+                )
+            new_rows.append(table[row_of[piece]])
+        codes[lang] = code
+        by_piece[code] = lang
+        hidden.append(len(pieces))
+        pieces.append(code)
+    grown = torch.cat([table, torch.stack(new_rows)])
+    state["encoder.embed.table.weight"] = state["decoder.embed.table.weight"] = grown
+    state["decoder.out.bias"] = torch.cat(
+        [state["decoder.out.bias"], table.new_zeros(len(new_rows))]
+    )
+    log.info("add_languages: %s", ", ".join(f"{c} (from {f})" for c, f in wanted.items()))
+    return pieces, hidden, codes
 
 
 def model_config(hf: dict) -> TransformerConfig:

@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import shutil
+from collections.abc import Sequence
 from enum import Enum
 from pathlib import Path
 
@@ -48,6 +49,7 @@ from nmt.config import (
     TransformerConfig,
 )
 from nmt.errors import NMTError
+from nmt.pretrained.trimming import pieces_used, trim
 from nmt.run_config import CHECKPOINT_OPTIONS, TrainRunConfig
 from nmt.tokenizer import BOS, EOS, MARIAN_FILES, PAD, SPECIAL_PIECES, load_vocabs
 
@@ -83,10 +85,13 @@ NOT_DATA = "none: pass data=... to nmt-evaluate or nmt-train"  # the imported ru
 MODEL_OPTION, DECODE_OPTION = CHECKPOINT_OPTIONS["model"], CHECKPOINT_OPTIONS["decode"]
 
 
-def import_marian(source: str, out: Path, directory: Path | None = None) -> Path:
+def import_marian(
+    source: str, out: Path, directory: Path | None = None, keep_text: Sequence[str] = ()
+) -> Path:
     """Write the Marian model `source` (a directory, or a Hugging Face hub id fetched when the hub
     is reachable; `directory`: where it was fetched to) as the new nmt checkpoint directory
-    `out`; returns `out`."""
+    `out`; returns `out`. With `keep_text` (files), only the pieces those texts need are kept
+    (`nmt.pretrained.trimming`)."""
     out = Path(out)
     if out.exists():
         raise NMTError(f"out={out} exists: choose a new directory")
@@ -97,6 +102,9 @@ def import_marian(source: str, out: Path, directory: Path | None = None) -> Path
     tokenizer = read_json(directory / "tokenizer_config.json", missing_ok=True)
     vocab = read_json(directory / "vocab.json")
     order, pieces = id_order(vocab, hf)
+    if keep_text:
+        models = [directory / MARIAN_FILES[side] for side in ("src", "tgt")]
+        order, pieces, _ = trim(order, pieces, [], pieces_used(models, keep_text))
     weights = read_weights(directory)
     blocked = [BOS]
     if [hf["pad_token_id"]] in (generation.get("bad_words_ids") or hf.get("bad_words_ids") or []):
@@ -116,7 +124,8 @@ def import_marian(source: str, out: Path, directory: Path | None = None) -> Path
         (staging / MARIAN_FILES["pieces"]).write_text(json.dumps(pieces, ensure_ascii=False))
         vocabs = load_vocabs(staging)
         cfg = run_config(model, hf, generation, tokenizer, source)
-        payload = {"model": state, "imported": {"from": source, "format": "marian"}}
+        imported = {"from": source, "format": "marian", **trimmed(keep_text, hf, pieces)}
+        payload = {"model": state, "imported": imported}
         step_dir = save_checkpoint(staging, 0, payload, cfg, vocabs)
         write_options(model, cfg.decode, step_dir)
         os.rename(step_dir, out)
@@ -124,6 +133,14 @@ def import_marian(source: str, out: Path, directory: Path | None = None) -> Path
         shutil.rmtree(staging, ignore_errors=True)
     log.info("imported %s: %d pieces, %s", source, len(pieces), describe(model))
     return out
+
+
+def trimmed(keep_text: Sequence[str], hf: dict, pieces: list[str]) -> dict:
+    """What the checkpoint records of a trimming (none: nothing)."""
+    if not keep_text:
+        return {}
+    return {"keep_text": [str(Path(f).resolve()) for f in keep_text],
+            "pieces": f"{len(pieces)} of {hf['vocab_size']}"}  # fmt: skip
 
 
 def locate(source: str) -> Path:
