@@ -111,10 +111,12 @@ def convert_ct2(twin: Path, out: Path) -> None:
     table = json.loads((twin / "tokenizer.json").read_text("utf-8"))
     vocab = dict(table["model"]["vocab"]) | {t["content"]: t["id"] for t in table["added_tokens"]}
     codes = [t["content"] for t in table["added_tokens"] if t["content"].endswith("_Latn")]
+    piece_of = {i: p for p, i in vocab.items()}
     tokenizer = SimpleNamespace(
         get_vocab=lambda: vocab, unk_token="<unk>", unk_token_id=3, bos_token="<s>",
         eos_token="</s>", pad_token="<pad>", special_tokens_map={
             "additional_special_tokens": codes}, num_madeup_words=0,
+        convert_ids_to_tokens=lambda i: piece_of[i],
     )  # fmt: skip
 
     class Converter(TransformersConverter):
@@ -132,6 +134,12 @@ def run_child(*args: str) -> dict:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--run"]:  # a runner in a process of its own
+        child(json.loads(sys.argv[2]))
+        return
+    if sys.argv[1:2] == ["--convert"]:
+        convert_ct2(Path(sys.argv[2]), Path(sys.argv[3]))
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--text", type=Path, required=True, help="trains the twin's tokenizer")
     parser.add_argument("--keep", type=Path, nargs="+", required=True, help="keep_text files")
@@ -145,15 +153,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--ct2-threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--ct2-types", nargs="+", default=["int8"], help="compute types")
-    parser.add_argument("--run", help=argparse.SUPPRESS)
-    parser.add_argument("--convert", nargs=2, type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.run:
-        child(json.loads(args.run))
-        return
-    if args.convert:
-        convert_ct2(*args.convert)
-        return
     work = args.work
     twin, whole, trimmed, ct2 = (work / n for n in ("twin", "nmt", "nmt_trimmed", "ct2"))
     if not twin.is_dir():
