@@ -463,6 +463,9 @@ class TransformerConfig(ModelConfig):
     positions: Positions = Positions.sinusoidal
     max_positions: int = 1024  # learned positions only; later positions reuse the last row
     scale_embeddings: bool = True  # multiply embeddings by sqrt(d_model)
+    # a LayerNorm on each side's embeddings plus positions, before dropout (mBART's
+    # layernorm_embedding)
+    embed_norm: bool = False
     share_embeddings: bool = True  # one embedding table for both sides (needs a joint vocabulary)
     tie_output: bool = True  # output projection = target embedding
 

@@ -78,6 +78,8 @@ def check_convertible(cfg: ModelConfig) -> None:
         raise NMTError(f"format=ctranslate2: unknown model.arch {cfg.arch!r}")
     if cfg.activation not in ACTIVATIONS:  # a value added later
         raise NMTError(f"format=ctranslate2: model.activation={cfg.activation.value} unsupported")
+    if cfg.embed_norm:
+        raise NMTError("format=ctranslate2: model.embed_norm=true is not converted yet")
 
 
 def write_ctranslate2(ckpt: Checkpoint, out: Path, quantization: str | None = None) -> dict:

@@ -55,12 +55,14 @@ def sinusoids(
 
 
 class Embedding(nn.Module):
-    """Token embedding (scaled by sqrt(d)) plus positions, then dropout."""
+    """Token embedding (scaled by sqrt(d)) plus positions, with `embed_norm` a LayerNorm, then
+    dropout."""
 
     def __init__(self, cfg: TransformerConfig, table: nn.Embedding) -> None:
         super().__init__()
         self.table = table
         self.scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
+        self.norm = nn.LayerNorm(cfg.d_model) if cfg.embed_norm else None
         self.dropout = Dropout(cfg.dropout)
         self.learned = (
             nn.Embedding(cfg.max_positions, cfg.d_model)
@@ -87,7 +89,8 @@ class Embedding(nn.Module):
     def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
         """tokens (B, T) -> (B, T, d); offset = position of the first token."""
         x = self.table(tokens) * self.scale
-        return self.dropout(x + self.positions(tokens.size(1), offset).to(x.dtype))
+        x = x + self.positions(tokens.size(1), offset).to(x.dtype)
+        return self.dropout(x if self.norm is None else self.norm(x))
 
 
 class MultiHeadAttention(nn.Module):

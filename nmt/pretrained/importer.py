@@ -18,12 +18,13 @@ def import_model(
     add_languages: dict[str, str] | None = None,
 ) -> Path:
     """Write the model `source` (a directory, or a Hugging Face hub id) as the new checkpoint
-    `out`: an M2M-100 (NLLB-200, M2M-100: model_type m2m_100, `nmt.pretrained.m2m100`) or a
+    `out`: an M2M-100 (NLLB-200, M2M-100: model_type m2m_100) or an mBART-50 (mbart), both by
+    `nmt.pretrained.m2m100`, or a
     Marian model (`nmt.pretrained.marian`, which names what it refuses). With `keep_text`
     (files), only the pieces those texts need are kept (`nmt.pretrained.trimming`);
     `add_languages` adds language codes to a model that has codes (`m2m100.add_codes`)."""
     directory = locate(source)
-    if read_json(directory / "config.json").get("model_type") == "m2m_100":
+    if read_json(directory / "config.json").get("model_type") in ("m2m_100", "mbart"):
         return import_m2m100(source, out, directory, keep_text, add_languages)
     if add_languages:
         raise NMTError(

@@ -1,4 +1,5 @@
-"""Import an M2M-100 model (NLLB-200, M2M-100) in the Hugging Face layout as an nmt checkpoint.
+"""Import an M2M-100 model (NLLB-200, M2M-100) or an mBART-50 one in the Hugging Face layout as an
+nmt checkpoint.
 
 M2M-100 (model_type "m2m_100", fairseq's many-to-many Transformer, which NLLB-200 shares) differs
 from Marian (`nmt.pretrained.marian`) in ways that are each an option of nmt's Transformer: pre-norm
@@ -24,6 +25,11 @@ after them (id = sentencepiece id + 1), then the language codes (and <mask>, and
 words). nmt's table holds, in nmt's order, the rows of <pad>, <unk>, </s> (BOS: decoding starts
 from </s>), </s> (EOS), then every other id in Hugging Face's order; BOS's output is `BLOCKED`,
 as in a Marian import.
+
+mBART-50 (model_type "mbart", `MBart50Tokenizer`) is the same machinery with three options more:
+learned positions (`Positions.learned`, the table from row `MBART_OFFSET` on), a LayerNorm on
+each side's embeddings (`embed_norm`, its layernorm_embedding) and GELU; its codes are "de_DE",
+"en_XX".
 """
 
 from __future__ import annotations
@@ -63,6 +69,8 @@ log = logging.getLogger(__name__)
 # a language code among the added tokens: NLLB's FLORES-200 codes, M2M-100's "__xx__"
 NLLB_CODE = re.compile(r"[a-z]{3}_[A-Z][a-z]{3}")
 M2M_CODE = re.compile(r"__([a-z]{2,3})__")
+MBART_CODE = re.compile(r"[a-z]{2}_[A-Z]{2}")  # mBART-50's "de_DE", "en_XX"
+MBART_OFFSET = 2  # mBART's learned positions start at row 2 (fairseq's padding_idx + 1)
 # the languages of M2M-100 (language_codes "m2m100"), in the order of their ids, which follow
 # vocab.json's pieces: M2M100Tokenizer has them in code, not in the model's files
 M2M100_LANGUAGES = (
@@ -95,15 +103,23 @@ def import_m2m100(
     model = model_config(hf)
     generation = read_json(directory / "generation_config.json", missing_ok=True)
     tokenizer = read_json(directory / "tokenizer_config.json", missing_ok=True)
+    mbart = hf.get("model_type") == "mbart"
+    tokenizer_class = tokenizer.get("tokenizer_class", "MBart50Tokenizer").removesuffix("Fast")
+    if mbart and tokenizer_class != "MBart50Tokenizer":
+        raise NMTError(
+            f"tokenizer_class={tokenizer['tokenizer_class']}: nmt imports mBART-50 (codes before "
+            "the source), not mBART-cc25's layout (codes after it, decoding started by the code)"
+        )
     spm = directory / M2M_FILES["spm"]
     if not spm.is_file():
         raise NMTError(f"{directory} has no {spm.name}: its tokenizer cannot be read")
-    hf_ids, codes = hf_vocabulary(directory, tokenizer, hf["vocab_size"])
+    hf_ids, codes = hf_vocabulary(directory, tokenizer, hf["vocab_size"], mbart)
     order, pieces, hidden = id_order(hf_ids, hf, codes)
     if keep_text:
         order, pieces, hidden = trim(order, pieces, hidden, pieces_used([spm], keep_text))
     weights = read_weights(directory)
-    state = convert_weights(weights, hf, order, [BOS], final_norms=True)
+    extra = mbart_embeddings(weights) if mbart else {}
+    state = {**convert_weights(weights, hf, order, [BOS], final_norms=True), **extra}
     del weights
     if add_languages:
         pieces, hidden, codes = add_codes(state, pieces, hidden, codes, add_languages)
@@ -121,7 +137,8 @@ def import_m2m100(
                           local_dir=NOT_DATA, language_codes=codes)  # fmt: skip
         decode = authors_decode(generation, hf, model.max_positions)
         cfg = TrainRunConfig(data=data, model=model, decode=decode, run_dir=".")
-        imported = {"from": source, "format": "m2m_100", **trimmed(keep_text, hf, pieces)}
+        kind = hf.get("model_type", "m2m_100")
+        imported = {"from": source, "format": kind, **trimmed(keep_text, hf, pieces)}
         if add_languages:
             imported["added_languages"] = dict(add_languages)
         payload = {"model": state, "imported": imported}
@@ -186,9 +203,31 @@ def add_codes(
     return pieces, hidden, codes
 
 
+def mbart_embeddings(weights: dict) -> dict[str, Tensor]:
+    """mBART's learned positions (rows from `MBART_OFFSET` on) and layernorm_embedding, per
+    side, as nmt's `Embedding` names them; taken out of `weights`."""
+
+    def take(key: str) -> Tensor:
+        for name in (f"model.{key}", key):
+            if name in weights:
+                return weights.pop(name).to(torch.float32, copy=True).contiguous()
+        raise NMTError(f"the weights have no {key}: not an mBART model's")
+
+    state = {}
+    for side in ("encoder", "decoder"):
+        state[f"{side}.embed.learned.weight"] = take(f"{side}.embed_positions.weight")[
+            MBART_OFFSET:
+        ].contiguous()
+        for part in ("weight", "bias"):
+            state[f"{side}.embed.norm.{part}"] = take(f"{side}.layernorm_embedding.{part}")
+    return state
+
+
 def model_config(hf: dict) -> TransformerConfig:
-    """nmt's Transformer for an M2M-100 config.json; what it cannot be is refused by name."""
-    refused, shape = bart_shape(hf, "relu")
+    """nmt's Transformer for an M2M-100 or mBART-50 config.json; what it cannot be is refused by
+    name. mBART differs in learned positions, a LayerNorm on the embeddings and GELU."""
+    mbart = hf.get("model_type") == "mbart"
+    refused, shape = bart_shape(hf, "gelu" if mbart else "relu")
     if not hf.get("tie_word_embeddings", True):
         refused.append("tie_word_embeddings=false (an output layer of its own)")
     if hf.get("decoder_start_token_id", hf["eos_token_id"]) != hf["eos_token_id"]:
@@ -197,24 +236,30 @@ def model_config(hf: dict) -> TransformerConfig:
         refused.append(f"pad_token_id={hf.get('pad_token_id')} (fairseq's positions need 1)")
     if hf.get("num_experts") or hf.get("encoder_sparse_step"):
         refused.append("mixture-of-experts layers (NLLB-MoE)")
+    if mbart and not hf.get("normalize_before", True):
+        refused.append("normalize_before=false (post-norm layers)")
     if refused:
-        raise NMTError("this M2M-100 model has what nmt's Transformer lacks: " + "; ".join(refused))
+        name = "mBART" if mbart else "M2M-100"
+        raise NMTError(f"this {name} model has what nmt's Transformer lacks: " + "; ".join(refused))
     return TransformerConfig(
         **shape,
         norm=Norm.pre,
-        positions=Positions.sinusoidal_fairseq,
+        positions=Positions.learned if mbart else Positions.sinusoidal_fairseq,
         max_positions=hf.get("max_position_embeddings", 1024),
-        scale_embeddings=bool(hf.get("scale_embedding", True)),
+        # the configs' own defaults: MBartConfig False, M2M100Config True
+        scale_embeddings=bool(hf.get("scale_embedding", not mbart)),
+        embed_norm=mbart,
         share_embeddings=True,
         tie_output=True,
     )
 
 
 def hf_vocabulary(
-    directory: Path, tokenizer: dict, size: int
+    directory: Path, tokenizer: dict, size: int, mbart: bool = False
 ) -> tuple[dict[int, str], dict[str, str]]:
-    """Every Hugging Face id's piece, and language -> code piece. From tokenizer.json (NLLB: its
-    model's vocabulary and its added tokens), else vocab.json with M2M-100's codes after it."""
+    """Every Hugging Face id's piece, and language -> code piece. From tokenizer.json (NLLB,
+    mBART-50: its model's vocabulary and its added tokens), else vocab.json with M2M-100's codes
+    after it."""
     fast = directory / "tokenizer.json"
     if fast.is_file():
         table = read_json(fast)
@@ -225,6 +270,11 @@ def hf_vocabulary(
             raise NMTError(f"{fast} has no vocabulary nmt can read")
         pieces = {i: p for p, i in vocab.items()}
         pieces.update({t["id"]: t["content"] for t in table.get("added_tokens", [])})
+    elif mbart:
+        raise NMTError(
+            f"{directory} has no tokenizer.json: save the mBART-50 tokenizer with transformers' "
+            "fast tokenizer (its save_pretrained writes tokenizer.json)"
+        )
     elif (directory / "vocab.json").is_file():
         vocab = read_json(directory / "vocab.json")
         pieces = {i: p for p, i in vocab.items()}
@@ -241,12 +291,17 @@ def hf_vocabulary(
     codes = {}
     for i in sorted(pieces):
         piece = pieces[i]
-        if NLLB_CODE.fullmatch(piece):
+        if mbart:
+            if MBART_CODE.fullmatch(piece):
+                codes[piece] = piece
+        elif NLLB_CODE.fullmatch(piece):
             codes[piece] = piece
         elif M2M_CODE.fullmatch(piece):
             codes[M2M_CODE.fullmatch(piece).group(1)] = piece
     if not codes:
-        raise NMTError(f"{directory}: the tokenizer names no language code (deu_Latn, __de__)")
+        raise NMTError(
+            f"{directory}: the tokenizer names no language code (deu_Latn, __de__, de_DE)"
+        )
     return pieces, codes
 
 
@@ -270,6 +325,6 @@ def id_order(
 def default_languages(tokenizer: dict, codes: dict[str, str]) -> tuple[str, str]:
     """The languages the commands use when none is given: the tokenizer's src_lang / tgt_lang,
     else English (eng_Latn or en) where the model has it, else its first language."""
-    english = next((c for c in ("eng_Latn", "en") if c in codes), next(iter(codes)))
+    english = next((c for c in ("eng_Latn", "en", "en_XX") if c in codes), next(iter(codes)))
     pick = [tokenizer.get("src_lang"), tokenizer.get("tgt_lang")]
     return tuple(lang if lang in codes else english for lang in pick)  # type: ignore[return-value]

@@ -54,7 +54,8 @@ class Positional(nn.Module):
 def _embed(embed: nn.Module, positional: Positional, tokens: Tensor, offset: int) -> Tensor:
     """tokens (B, T) -> (B, T, d), as `Embedding.forward` in eval mode."""
     x = embed.table(tokens) * embed.scale
-    return x + positional(offset, tokens.size(1)).to(x.dtype)
+    x = x + positional(offset, tokens.size(1)).to(x.dtype)
+    return x if embed.norm is None else embed.norm(x)
 
 
 class TransformerEncoderGraph(nn.Module):
