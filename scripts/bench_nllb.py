@@ -6,7 +6,7 @@ trimmed to the pieces of a de/en corpus) and in CTranslate2, on the CPU. Prints 
         --src ../shared/data/multi30k/test_2016_flickr.de --work runs/nllb_bench
 
 The model is the random-weight twin of `scripts/bench_import.py --kind nllb` (12+12 layers, d 1024,
-16 heads, ff 4096, 256,206 pieces: 615M parameters; its sentencepiece model trained on --text),
+16 heads, ff 4096, 256,203 pieces: 615M parameters; its sentencepiece model trained on --text),
 written into --work once and reused. nmt imports it twice: whole, and with keep_text=--keep
 (`nmt.pretrained.trimming`). CTranslate2 converts it with its own Transformers converter (the
 twin's tokenizer.json read for the vocabulary, as transformers' NLLB tokenizer would give it).
