@@ -96,3 +96,41 @@ def hf_sandbox(tmp_path, monkeypatch):
     monkeypatch.setattr(hub_constants, "HF_HOME", str(home))
     monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(home / "hub"))
     return cache
+
+
+def demo_pairs(demo_dir: Path) -> tuple[list[str], list[str]]:
+    """The demo corpus's training sides, German and English."""
+    src = (demo_dir / "train.de").read_text("utf-8").splitlines()
+    return src, (demo_dir / "train.en").read_text("utf-8").splitlines()
+
+
+def fairseq_spm(out: Path, demo_dir: Path, model_type: str) -> Path:
+    """One sentencepiece model of 300 pieces over both sides of the demo corpus, as the
+    sentencepiece.bpe.model that M2M-100, NLLB-200 and mBART-50 ship."""
+    import sentencepiece as spm
+
+    src, tgt = demo_pairs(demo_dir)
+    spm.SentencePieceTrainer.Train(
+        sentence_iterator=iter(src + tgt), model_prefix=str(out / "sp"), vocab_size=300,
+        model_type=model_type, character_coverage=1.0, num_threads=1, minloglevel=2,
+    )  # fmt: skip
+    (out / "sp.vocab").unlink()
+    return (out / "sp.model").rename(out / "sentencepiece.bpe.model")
+
+
+def train_hf(model, tokenizer, src: list[str], tgt: list[str], steps: int) -> None:  # noqa: ANN001
+    """`steps` updates of a transformers seq2seq model on batches of 32 pairs in corpus order
+    (Adam, lr 3e-3), then eval mode: enough that its translations depend on the source."""
+    import torch
+
+    model.train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for step in range(steps):
+        rows = slice((step * 32) % (len(src) - 32), (step * 32) % (len(src) - 32) + 32)
+        batch = tokenizer(src[rows], text_target=tgt[rows], padding=True, return_tensors="pt")
+        batch["labels"][batch["labels"] == tokenizer.pad_token_id] = -100
+        loss = model(**batch).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import sentencepiece as spm
 import torch
+from conftest import demo_pairs, fairseq_spm, train_hf
 
 from nmt.checkpoint import load_checkpoint
 from nmt.cli import main as cli
@@ -38,14 +39,8 @@ def write_m2m100(
     """A small M2M-100 model in the Hugging Face layout, with NLLB's tokenizer (tokenizer.json,
     FLORES codes) or M2M-100's (vocab.json, "__de__" codes)."""
     out.mkdir(parents=True)
-    src = (demo_dir / "train.de").read_text("utf-8").splitlines()
-    tgt = (demo_dir / "train.en").read_text("utf-8").splitlines()
-    spm.SentencePieceTrainer.Train(
-        sentence_iterator=iter(src + tgt), model_prefix=str(out / "sp"), vocab_size=300,
-        model_type="bpe", character_coverage=1.0, num_threads=1, minloglevel=2,
-    )  # fmt: skip
-    (out / "sp.model").rename(out / M2M_FILES["spm"])
-    (out / "sp.vocab").unlink()
+    src, tgt = demo_pairs(demo_dir)
+    fairseq_spm(out, demo_dir, "bpe")
     if nllb:
         tokenizer = transformers.NllbTokenizer.from_pretrained(
             str(out), src_lang="deu_Latn", tgt_lang="eng_Latn", additional_special_tokens=CODES
@@ -71,18 +66,8 @@ def write_m2m100(
     settings.update(overrides)
     torch.manual_seed(0)
     model = transformers.M2M100ForConditionalGeneration(transformers.M2M100Config(**settings))
-    model.train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    for step in range(steps):
-        start = (step * 32) % (len(src) - 32)
-        batch = tokenizer(src[start : start + 32], text_target=tgt[start : start + 32],
-                          padding=True, return_tensors="pt")  # fmt: skip
-        batch["labels"][batch["labels"] == tokenizer.pad_token_id] = -100
-        loss = model(**batch).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    model.eval().save_pretrained(out)
+    train_hf(model, tokenizer, src, tgt, steps)
+    model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
 

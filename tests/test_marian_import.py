@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import sentencepiece as spm
 import torch
+from conftest import train_hf
 
 from nmt.checkpoint import load_checkpoint
 from nmt.cli import main as cli
@@ -83,7 +84,7 @@ def write_marian(
     )  # fmt: skip
     # random weights translate every sentence alike; a few hundred updates on the demo corpus
     # give translations that differ, end with </s> and make a tie between beams unlikely
-    _train(model, tokenizer, src, tgt, steps)
+    train_hf(model, tokenizer, src, tgt, steps)
     with torch.no_grad():
         model.final_logits_bias.normal_(0.0, 0.1)  # a bias of its own, imported too
         if not bad_pad:  # PAD never produced, as bad_words_ids does (module notes of marian.py)
@@ -91,20 +92,6 @@ def write_marian(
     model.eval().save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
-
-
-def _train(model, tokenizer, src: list[str], tgt: list[str], steps: int) -> None:
-    model.train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    for step in range(steps):
-        rows = slice((step * 32) % (len(src) - 32), (step * 32) % (len(src) - 32) + 32)
-        batch = tokenizer(src[rows], text_target=tgt[rows], padding=True, return_tensors="pt")
-        batch["labels"][batch["labels"] == tokenizer.pad_token_id] = -100
-        loss = model(**batch).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    model.eval()
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 
 import pytest
-import sentencepiece as spm
 import torch
+from conftest import demo_pairs, fairseq_spm, train_hf
 
 from nmt.checkpoint import load_checkpoint
 from nmt.config import DecodeConfig, LengthPenalty, Strategy
@@ -28,14 +28,7 @@ def write_mbart(out: Path, demo_dir: Path, steps: int = 200) -> Path:
     """A small mBART-50 model in the Hugging Face layout; its sentencepiece model is a unigram
     one, as mBART's is (MBart50Tokenizer reads the pieces into a unigram tokenizer)."""
     out.mkdir(parents=True)
-    src = (demo_dir / "train.de").read_text("utf-8").splitlines()
-    tgt = (demo_dir / "train.en").read_text("utf-8").splitlines()
-    spm.SentencePieceTrainer.Train(
-        sentence_iterator=iter(src + tgt), model_prefix=str(out / "sp"), vocab_size=300,
-        model_type="unigram", character_coverage=1.0, num_threads=1, minloglevel=2,
-    )  # fmt: skip
-    (out / "sp.model").rename(out / M2M_FILES["spm"])
-    (out / "sp.vocab").unlink()
+    fairseq_spm(out, demo_dir, "unigram")
     tokenizer = transformers.MBart50Tokenizer.from_pretrained(
         str(out), src_lang="de_DE", tgt_lang="en_XX"
     )
@@ -48,18 +41,8 @@ def write_mbart(out: Path, demo_dir: Path, steps: int = 200) -> Path:
     )  # fmt: skip
     torch.manual_seed(0)
     model = transformers.MBartForConditionalGeneration(config)
-    model.train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    for step in range(steps):
-        start = (step * 32) % (len(src) - 32)
-        batch = tokenizer(src[start : start + 32], text_target=tgt[start : start + 32],
-                          padding=True, return_tensors="pt")  # fmt: skip
-        batch["labels"][batch["labels"] == tokenizer.pad_token_id] = -100
-        loss = model(**batch).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    model.eval().save_pretrained(out)
+    train_hf(model, tokenizer, *demo_pairs(demo_dir), steps)
+    model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
 
