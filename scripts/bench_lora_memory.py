@@ -65,8 +65,8 @@ def fine_tune(model: Path, run: Path, data: Path, args, *extra: str) -> dict:
         "+data.language_codes.de=deu_Latn", "+data.language_codes.en=eng_Latn",
         f"run_dir={run}", f"train.max_steps={args.updates}", f"train.valid_every={args.updates}",
         f"train.batch_tokens={args.batch_tokens}", "train.valid_bleu=false",
-        "train.calibrate=false", "train.metric=loss", "train.tensorboard=false", "train.keep_last=1",
-        "train.scheduler=constant", "train.log_every=1", *extra,
+        "train.calibrate=false", "train.metric=loss", "train.tensorboard=false",
+        "train.keep_last=1", "train.scheduler=constant", "train.log_every=1", *extra,
     ]  # fmt: skip
     child = subprocess.run(
         [sys.executable, __file__, "--tune-child", json.dumps(argv)],
@@ -81,7 +81,9 @@ def fine_tune(model: Path, run: Path, data: Path, args, *extra: str) -> dict:
     payload = torch.load(best, map_location="cpu", weights_only=True, mmap=True)
     weights = payload.get("adapters") or payload["model"]
     base = torch.load(model / "ckpt.pt", map_location="cpu", weights_only=True, mmap=True)
-    total = sum({v.untyped_storage().data_ptr(): v.numel() for v in base["model"].values()}.values())
+    total = sum(
+        {v.untyped_storage().data_ptr(): v.numel() for v in base["model"].values()}.values()
+    )
     trainable = sum(v.numel() for v in weights.values()) if "adapters" in payload else total
     return {
         "updates": payload["step"],
@@ -123,7 +125,9 @@ def main() -> None:
         models["trimmed"] = work / "nmt_trimmed"
     for name, path in models.items():
         if not path.is_dir():
-            import_model(str(twin), path, [str(k) for k in args.keep] if name == "trimmed" else None)
+            import_model(
+                str(twin), path, [str(k) for k in args.keep] if name == "trimmed" else None
+            )
     data = work / "data"
     small_corpus(args.data_dir, data, args.pairs, args.valid)
     result: dict = {

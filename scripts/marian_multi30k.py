@@ -12,11 +12,14 @@ imported with nmt-import, scored by both, fine-tuned with nmt-train. Prints JSON
    (length_penalty 1.0, early_stopping) and by nmt (length penalty `average`), the same length
    limit: BLEU of each, and how many lines are identical.
 4. `nmt-train --config-dir OUT model=imported train.init_from=OUT` on Multi30k for
-   --tune-minutes; test2016 BLEU of the tuned model (nmt, beam 5, the same settings).
-5. With --lora-rank R, the same for LoRA (`train.lora.rank=R`, lr --lora-lr): each fine-tune runs
-   in a process of its own, which reports its peak resident memory (VmHWM, which starts afresh
-   at exec, unlike ru_maxrss); beside BLEU, the updates made, the trainable parameters and the
-   size of the checkpoint each writes.
+   --tune-minutes (or --tune-updates updates, the same for every leg whatever else runs on the
+   machine), validated every --valid-every updates; test2016 BLEU of the best checkpoint (nmt,
+   beam 5, the same settings), beside its valid BLEU (greedy, as training validates).
+5. With --lora-rank R, the same for LoRA (`train.lora.rank=R`), one leg per --lora-lr: each
+   fine-tune runs in a process of its own, which reports its peak resident memory (VmHWM, which
+   starts afresh at exec, unlike ru_maxrss); beside BLEU, the updates made, the trainable
+   parameters and the size of the checkpoint each writes. `lora_chosen` names the leg with the
+   best valid BLEU: the one to quote.
 """
 
 from __future__ import annotations
@@ -182,14 +185,16 @@ def parameters(state: dict) -> int:
     return sum({v.untyped_storage().data_ptr(): v.numel() for v in state.values()}.values())
 
 
-def fine_tune(
-    imported: Path, run: Path, data: Path, minutes: float, lr: float, *extra: str
-) -> dict:
+def fine_tune(imported: Path, run: Path, data: Path, args, lr: float, *extra: str) -> dict:
+    minutes, valid_every = args.tune_minutes, args.valid_every
+    if args.tune_updates:
+        extra = (f"train.max_steps={args.tune_updates}", *extra)
+        minutes = 0.0
     argv = [
         "--config-dir", str(imported), "model=imported", f"train.init_from={imported}",
         "data=multi30k", f"data.local_dir={data}", f"run_dir={run}",
         f"train.max_minutes={minutes}", f"train.lr={lr}", "train.scheduler=constant",
-        "train.valid_every=200", "train.label_smoothing=0.1", *extra,
+        f"train.valid_every={valid_every}", "train.label_smoothing=0.1", *extra,
     ]  # fmt: skip
     child = subprocess.run(
         [sys.executable, __file__, "--tune-child", json.dumps(argv)],
@@ -207,6 +212,7 @@ def fine_tune(
         "minutes": minutes,
         "lr": lr,
         "updates": payload["step"],
+        "valid_bleu": payload["metrics"].get("bleu"),
         "peak_mb": report["peak_mb"],
         "trainable_share": round(trainable / total, 4),
         "checkpoint_mb": round((best / "ckpt.pt").stat().st_size / 1e6, 2),
@@ -232,12 +238,14 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--hf-minutes", type=float, default=10.0)
     parser.add_argument("--tune-minutes", type=float, default=5.0)
+    parser.add_argument("--tune-updates", type=int, default=0, help="0: --tune-minutes")
+    parser.add_argument("--valid-every", type=int, default=200)
     parser.add_argument("--tune-lr", type=float, default=3e-4)
     parser.add_argument("--pieces", type=int, default=8000)
     parser.add_argument("--batch-tokens", type=int, default=2048)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--lora-rank", type=int, default=0, help="0: no LoRA leg")
-    parser.add_argument("--lora-lr", type=float, default=2e-3)
+    parser.add_argument("--lora-lr", type=float, nargs="+", default=[2e-3])
     parser.add_argument("--lora-targets", default="q,kv,out", help="train.lora.targets")
     parser.add_argument("--skip-full", action="store_true", help="the LoRA leg alone")
     args = parser.parse_args()
@@ -254,8 +262,8 @@ def main() -> None:
     imported = args.work / "imported"
     if not imported.is_dir():
         import_marian(str(hf_dir), imported)
-    for run in ("lora",) if args.skip_full else ("tuned", "lora"):
-        shutil.rmtree(args.work / run, ignore_errors=True)
+    if not args.skip_full:
+        shutil.rmtree(args.work / "tuned", ignore_errors=True)
     if not args.skip_full:  # the import against Hugging Face, then full fine-tuning
         theirs, ours = hf_translate(hf_dir, test_src), nmt_translate(imported, test_src)
         result["test2016"] = {
@@ -263,21 +271,26 @@ def main() -> None:
             "nmt_bleu": bleu(ours, test_ref),
             "identical_lines": f"{sum(a == b for a, b in zip(theirs, ours))}/{len(ours)}",
         }
-        full = fine_tune(imported, args.work / "tuned", data, args.tune_minutes, args.tune_lr)
+        full = fine_tune(imported, args.work / "tuned", data, args, args.tune_lr)
         best = args.work / "tuned" / "checkpoints" / "best"
         tuned = bleu(nmt_translate(best, test_src), test_ref)
         result["fine_tuned"] = {**full, "test2016_bleu": tuned}
-    if args.lora_rank:
-        run = args.work / "lora"
+    for lr in args.lora_lr if args.lora_rank else []:
+        run = args.work / f"lora_{lr:g}"
+        shutil.rmtree(run, ignore_errors=True)
         lora = fine_tune(
-            imported, run, data, args.tune_minutes, args.lora_lr,
+            imported, run, data, args, lr,
             f"train.lora.rank={args.lora_rank}", f"train.lora.targets=[{args.lora_targets}]",
         )  # fmt: skip
         best = run / "checkpoints" / "best"
-        result["lora"] = {
+        result[f"lora_{lr:g}"] = {
             "rank": args.lora_rank, "targets": args.lora_targets, **lora,
             "test2016_bleu": bleu(nmt_translate(best, test_src), test_ref),
         }  # fmt: skip
+        print(run.name, result[run.name], file=sys.stderr)
+    legs = [k for k in result if k.startswith("lora_")]
+    if legs:
+        result["lora_chosen"] = max(legs, key=lambda k: result[k]["valid_bleu"] or 0.0)
     result["signature"] = str(BLEU.get_signature())
     result["torch"] = torch.__version__
     print(json.dumps(result, indent=1))
