@@ -4,12 +4,14 @@ carries the fields (nmt-translate's columns and review file, nmt-evaluate's repo
 answer)."""
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
 from starlette.testclient import TestClient
 
 from nmt.cli import main as cli
+from nmt.config import Strategy
 from nmt.data.splits import read_lines
 from nmt.run_config import ServeRunConfig
 from nmt.serving.app import load_app
@@ -19,11 +21,13 @@ from nmt.translation.confidence import (
     Confidence,
     combine,
     expected_calibration_error,
+    judge,
     measure,
     spearman,
     token_eces,
 )  # fmt: skip
 from nmt.translation.flags import Flagger, copies, repeats
+from nmt.translation.request import Request
 from nmt.translation.translator import Translator
 
 
@@ -63,6 +67,48 @@ def test_the_logistic_fit_recovers_the_map_that_made_the_labels():
     assert calibration.piece_probability(-0.5) == pytest.approx(float(torch.sigmoid(
         torch.tensor(a * -0.5 + b))), abs=1e-6)  # fmt: skip
     assert Calibration().piece_probability(-0.5) == pytest.approx(0.6065, abs=1e-4)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"strategy": Strategy.greedy},
+        {"strategy": Strategy.beam, "beam_size": 4},
+        {"strategy": Strategy.beam, "beam_size": 3, "early_stopping": False, "n_best": 2},
+    ],
+    ids=["greedy", "beam", "beam-no-early-stop"],
+)
+@pytest.mark.parametrize("temperature", [None, 1.7], ids=["fitted", "t1.7"])
+def test_confidence_read_off_the_search_is_the_teacher_forced_one(ckpt, demo_dir, settings,
+                                                                   temperature):  # fmt: skip
+    """What every surface shows (`judge`, from the search's own steps) is what `measure`
+    computes by teacher forcing the same pieces: the search's statistics follow its beam."""
+    calibration = Calibration.load(ckpt)
+    if temperature is not None:
+        calibration = replace(calibration, temperature=temperature)
+    translator = Translator.from_checkpoint(ckpt, device="cpu")
+    decode = replace(translator.decode, **settings)
+    src = read_lines(demo_dir / "test.de")[:60]
+    request = Request(src, decode, statistics=calibration.temperature)
+    done = translator.run(translator.prepare(request))
+    taught = measure(translator, src, [t.text for t in done], calibration, decode=decode)
+    vocab, compared, ended = translator.vocabs.tgt, 0, 0
+    for t, theirs in zip(done, taught):
+        ours = judge(t, calibration)
+        assert ours.flags == theirs.flags
+        pieces = t.tgt_pieces[:-1] if t.tgt_pieces[-1:] == ["</s>"] else t.tgt_pieces
+        if vocab.id_to_piece(vocab.encode([t.text])[0]) != pieces:
+            continue  # teacher forcing reads other pieces of the same text
+        compared += 1
+        if pieces == t.tgt_pieces:  # ended by the length limit: teacher forcing adds an EOS
+            assert ours.pieces == pytest.approx(theirs.pieces[:-1], abs=1e-5)
+            continue
+        ended += 1
+        assert ours.pieces == pytest.approx(theirs.pieces, abs=1e-5)
+        assert ours.words == pytest.approx(theirs.words, abs=1e-5)
+        assert ours.features == pytest.approx(theirs.features, abs=1e-5)
+        assert ours.sentence == pytest.approx(theirs.sentence, abs=1e-5)
+    assert compared >= 55 and ended >= 25, (compared, ended)
 
 
 def test_measures_are_what_their_names_say():

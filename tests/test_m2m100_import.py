@@ -277,6 +277,16 @@ def test_every_tool_takes_the_import(nllb, demo_dir, tmp_path, capsys):
         assert score.normalized == pytest.approx(result.nbest[0][1], abs=1e-4)
         assert result.tgt_pieces[0] == "eng_Latn" and result.prefix_score is None
     plain = [t.text for t in full]
+    # confidence read off the search (the forced code's row left out) = by teacher forcing
+    from nmt.translation.confidence import Calibration, judge, measure
+
+    calibration = Calibration(temperature=1.3)
+    request = Request(texts, beam, tgt_lang="eng_Latn", statistics=calibration.temperature)
+    searched = translator.run(translator.prepare(request))
+    taught = measure(translator, texts, plain, calibration, "eng_Latn")
+    for t, theirs in zip(searched, taught):
+        assert t.statistics.size(0) == len(t.tgt_pieces) - 1  # the code's row dropped
+        assert judge(t, calibration).pieces == pytest.approx(theirs.pieces, abs=1e-5)
     assert Translator.from_checkpoints([ours, ours], beam, "cpu").translate(texts) == plain
     [forced] = translator.translate([texts[0]], constraints=[["birds"]])
     assert "birds" in forced

@@ -11,7 +11,7 @@ from pathlib import Path
 from nmt.config import DecodeConfig, Strategy, TextOptions
 from nmt.documents.blocks import BlockResult
 from nmt.documents.texts import translate_texts
-from nmt.translation.confidence import Calibration, Confidence, combine, measure
+from nmt.translation.confidence import Calibration, Confidence, combine, judge_all
 from nmt.translation.translator import Translator
 
 log = logging.getLogger(__name__)
@@ -23,10 +23,11 @@ def line_confidences(
     calibration: Calibration,
     tgt_lang: str | None,
 ) -> list[Confidence]:
-    """Each line's confidence, from its sentences' (one pass over all of them)."""
+    """Each line's confidence, from its sentences': read off their searches where they carry
+    the statistics (`statistics=calibration.temperature` in `translate_texts`), else by one
+    teacher-forced pass over all of them."""
     sentences = [t for r in results for t in r.sentences if r.failure is None]
-    sources, texts = [t.source for t in sentences], [t.text for t in sentences]
-    measured = iter(measure(translator, sources, texts, calibration, tgt_lang))
+    measured = iter(judge_all(translator, sentences, calibration, tgt_lang))
     return [
         combine([next(measured) for _ in r.sentences] if r.failure is None else []) for r in results
     ]
@@ -50,7 +51,7 @@ def retry_flagged(
         return
     again = replace(decode, **RETRY, beam_size=max(decode.beam_size, 8))
     redone = translate_texts(translator, [lines[i] for i in flagged], again, options, tgt_lang,
-                             first)  # fmt: skip
+                             first, statistics=calibration.temperature)  # fmt: skip
     judged = line_confidences(translator, redone, calibration, tgt_lang)
     for i, result, confidence in zip(flagged, redone, judged):
         if result.failure is None and confidence.sentence > found[i].sentence:

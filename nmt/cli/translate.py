@@ -154,7 +154,9 @@ def _text_lines(
     """Plain lines read as `fmt.text` says (`nmt.documents.texts`): each its translation, then
     its alignment and its confidence columns when asked; a line with no translation is blank, and
     named."""
-    results = translate_texts(translator, lines, decode, fmt.text, fmt.tgt_lang, first)
+    temperature = None if fmt.calibration is None else fmt.calibration.temperature
+    results = translate_texts(translator, lines, decode, fmt.text, fmt.tgt_lang, first,
+                              statistics=temperature)  # fmt: skip
     found = None
     if fmt.calibration is not None:
         found = line_confidences(translator, results, fmt.calibration, fmt.tgt_lang)

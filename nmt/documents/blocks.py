@@ -94,9 +94,11 @@ def translate_blocks(
     tgt_lang: str | None = None,
     first: int = 1,
     noun: str = "line",
+    statistics: float | None = None,
 ) -> list[BlockResult]:
     """Each block translated (see the module's notes); the blocks' codes already lifted
-    (`nmt.documents.inline`, `protected`)."""
+    (`nmt.documents.inline`, `protected`). `statistics`: each sentence's translation carries
+    its piece statistics at this temperature (`Request.statistics`, for its confidence)."""
     plan = plan_blocks(blocks, translator.source_language, options)
     found: dict[tuple[int, int], Translation] = {}
     for with_maps in (False, True):
@@ -104,7 +106,8 @@ def translate_blocks(
         if not where:
             continue
         texts = [plan.splits[i].sentences[k] for i, k in where]
-        request = Request(texts, decode, tgt_lang=tgt_lang, attention=with_maps, noun=noun)
+        request = Request(texts, decode, tgt_lang=tgt_lang, attention=with_maps, noun=noun,
+                          statistics=statistics)  # fmt: skip
         done = translator.run(translator.prepare(request, warn=False))
         found.update(zip(where, done))
     skip = len(translator.tags.ids(tgt_lang))  # the target tag before each source

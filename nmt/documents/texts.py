@@ -49,7 +49,10 @@ def translate_texts(
     tgt_lang: str | None = None,
     first: int = 1,
     noun: str = "line",
+    statistics: float | None = None,
 ) -> list[BlockResult]:
-    """Each text translated in its format (`options.format`; auto: text)."""
+    """Each text translated in its format (`options.format`; auto: text); `statistics` as
+    `translate_blocks`'."""
     blocks = [read_block(text.strip(), options.format, options) for text in texts]
-    return translate_blocks(translator, blocks, decode, options, tgt_lang, first, noun)
+    return translate_blocks(translator, blocks, decode, options, tgt_lang, first, noun,
+                            statistics)  # fmt: skip

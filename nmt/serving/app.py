@@ -62,7 +62,7 @@ from nmt.serving.protocol import (
     translation_json,
 )
 from nmt.serving.score import parse_score_request, score_costs, scored_json
-from nmt.translation.confidence import Calibration, Confidence, for_checkpoint, measure
+from nmt.translation.confidence import Calibration, Confidence, for_checkpoint, judge_all
 from nmt.translation.request import Prepared, PreparedText
 from nmt.translation.request import Request as TranslateRequest
 from nmt.translation.translator import Translation, Translator
@@ -103,18 +103,19 @@ def decode_batch(
     markup, put together by the request's handler (`text_results`). Items that ask for their
     confidence have it measured here, in one pass over the batch (`calibration`)."""
     first = items[0].request
+    # a batch's items ask alike for confidence (batch_key): read off the search's own steps
+    judging = items[0].confidence and calibration is not None
     batch = Prepared(
         [item.text for item in items], first.settings, first.banned, attention=first.attention,
-        tree=first.tree, noun="text",
+        tree=first.tree, noun="text", statistics=calibration.temperature if judging else None,
     )  # fmt: skip
     results = translator.run(batch)
     judged: list[Confidence | None] = [None] * len(items)
-    if items[0].confidence and calibration is not None:  # a batch's items ask alike (batch_key)
-        for lang in {item.tgt_lang for item in items}:  # one pass per target language
+    if judging:
+        for lang in {item.tgt_lang for item in items}:  # a blank text's: one pass per language
             done = [i for i, t in enumerate(results) if t.failure is None
                     and items[i].tgt_lang == lang]  # fmt: skip
-            found = measure(translator, [results[i].source for i in done],
-                            [results[i].text for i in done], calibration, lang)  # fmt: skip
+            found = judge_all(translator, [results[i] for i in done], calibration, lang)
             for i, c in zip(done, found):
                 judged[i] = c
     out: list[bytes | Translation | Failed | tuple] = []

@@ -40,7 +40,8 @@ import torch
 from sacrebleu.metrics import CHRF
 
 from nmt.config import DecodeConfig
-from nmt.tokenizer import EOS
+from nmt.errors import NMTError
+from nmt.tokenizer import EOS, SPECIAL_PIECES
 from nmt.translation.flags import Flagger
 from nmt.translation.scoring import read_pairs
 
@@ -52,6 +53,7 @@ TEMPERATURES = tuple(round(0.5 + 0.1 * k, 1) for k in range(26))  # 0.5 .. 3.0, 
 FEATURES = ("mean_logprob", "mean_entropy", "log_source_pieces", "log_length_ratio")
 BINS = 10  # of the expected calibration errors
 WORD_START = "\u2581"
+EOS_PIECE = SPECIAL_PIECES[-1]  # "</s>", in nmt's vocabularies and in the imported ones
 
 
 @dataclass
@@ -117,19 +119,58 @@ def measure(
     """Each translation's confidence (see the module's notes); N pairs in, N out."""
     stats, pairs = _statistics(translator, sources, translations, (calibration.temperature,),
                                tgt_lang, decode)  # fmt: skip
-    out = []
-    for source, text, src, tgt, rows in zip(sources, pairs.texts, pairs.src, pairs.tgt, stats):
-        logprobs, entropy = rows[:, 0], rows[:, -1]
-        features = _features(logprobs, entropy, len(src))
-        predicted = calibration.predict(features)
-        pieces = translator.vocabs.tgt.id_to_piece(tgt + [EOS])
-        probs = [calibration.piece_probability(x) for x in logprobs.tolist()]
-        flags = calibration.flags.check(source, text, len(src), len(tgt) + 1)
-        out.append(Confidence(
-            calibration.probability(predicted), _word_probs(pieces, probs), probs, flags,
-            predicted, features,
-        ))  # fmt: skip
-    return out
+    return [
+        _judged(calibration, source, text, len(src), translator.vocabs.tgt.id_to_piece(
+            tgt + [EOS]), rows[:, 0], rows[:, -1], len(tgt) + 1)
+        for source, text, src, tgt, rows in zip(sources, pairs.texts, pairs.src, pairs.tgt, stats)
+    ]  # fmt: skip
+
+
+def judge(translation, calibration: Calibration) -> Confidence:
+    """A translation's confidence read off its own search (a `Translation` of a request with
+    `statistics=calibration.temperature`): what `measure` computes from the same pieces by
+    teacher forcing, at no second pass. A translation the length limit ended has no EOS row;
+    its length counts one, as teacher forcing scores it."""
+    rows = translation.statistics
+    if rows is None:
+        raise NMTError("judge: the translation carries no statistics (Request.statistics)")
+    pieces = translation.tgt_pieces[len(translation.tgt_pieces) - rows.size(0) :]
+    ended = bool(pieces) and pieces[-1] == EOS_PIECE
+    return _judged(
+        calibration, translation.source, translation.text, len(translation.src_pieces), pieces,
+        rows[:, 0], rows[:, 1], rows.size(0) + (not ended),
+    )  # fmt: skip
+
+
+def judge_all(translator, translations: list, calibration: Calibration,
+              tgt_lang: str | None = None) -> list[Confidence]:  # fmt: skip
+    """Each `Translation`'s confidence: read off its search where it carries the statistics
+    (`judge`), by one teacher-forced pass over the others (`measure`: a blank source's, which
+    no search ran for)."""
+    out: list[Confidence | None] = [
+        None if t.statistics is None else judge(t, calibration) for t in translations
+    ]
+    rest = [i for i, c in enumerate(out) if c is None]
+    if rest:
+        found = measure(translator, [translations[i].source for i in rest],
+                        [translations[i].text for i in rest], calibration, tgt_lang)  # fmt: skip
+        for i, c in zip(rest, found):
+            out[i] = c
+    return out  # type: ignore[return-value]
+
+
+def _judged(calibration: Calibration, source: str, text: str, src_len: int, pieces: list[str],
+            logprobs: torch.Tensor, entropy: torch.Tensor, length: int) -> Confidence:  # fmt: skip
+    """One translation's Confidence from its pieces' tempered log-probabilities and entropies;
+    `length`: its pieces and the EOS, `src_len`: its source's pieces (tag and EOS included)."""
+    features = _features(logprobs, entropy, src_len, length)
+    predicted = calibration.predict(features)
+    probs = [calibration.piece_probability(x) for x in logprobs.tolist()]
+    flags = calibration.flags.check(source, text, src_len, length)
+    return Confidence(
+        calibration.probability(predicted), _word_probs(pieces, probs), probs, flags, predicted,
+        features,
+    )  # fmt: skip
 
 
 def combine(parts: list[Confidence]) -> Confidence:
@@ -193,7 +234,10 @@ def fit(
     token_probs = torch.sigmoid(token_scale * tempered + token_shift)
     at_t, _ = _statistics(translator, sources, translations, (temperature,), tgt_lang, decode)
     features = torch.tensor(
-        [_features(rows[:, 0], rows[:, -1], len(src)) for rows, src in zip(at_t, pairs.src)]
+        [
+            _features(rows[:, 0], rows[:, -1], len(src), len(tgt) + 1)
+            for rows, src, tgt in zip(at_t, pairs.src, pairs.tgt)
+        ]  # fmt: skip
     )  # (N, F)
     chrf = torch.tensor([sentence_chrf(t, r) for t, r in zip(translations, references)])
     weights, bias = _least_squares(features, chrf)
@@ -327,16 +371,18 @@ def _statistics(translator, sources, translations, temperatures, tgt_lang, decod
     return stats, pairs
 
 
-def _features(logprobs: torch.Tensor, entropy: torch.Tensor, src_pieces: int) -> list[float]:
+def _features(
+    logprobs: torch.Tensor, entropy: torch.Tensor, src_pieces: int, length: int
+) -> list[float]:
     """FEATURES of one translation: the mean of its pieces' (the EOS included) log-probabilities
-    (TP) and entropies at the calibrated temperature, its source's length and its length over
-    the source's, in pieces (logarithms)."""
+    (TP) and entropies at the calibrated temperature, its source's length and its length
+    (pieces and EOS) over the source's, in pieces (logarithms)."""
     finite = logprobs.clamp(min=-30.0)  # a piece outside a shortlist is -inf
     return [
         float(finite.mean()),
         float(entropy.mean()),
         math.log(max(src_pieces, 1)),
-        math.log(logprobs.numel() / max(src_pieces, 1)),
+        math.log(length / max(src_pieces, 1)),
     ]
 
 

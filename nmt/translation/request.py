@@ -74,6 +74,9 @@ class Request:
     tree: bool = False  # return each text's search tree
     first_line: int = 1  # the number of the first text, in messages
     noun: str = "line"  # what messages call a text: "line" of a file, "text" of a request
+    # return each translation's piece statistics at this temperature (`SearchJob.statistics`:
+    # what confidence reads); None: not recorded
+    statistics: float | None = None
     segments: list[Segment] = field(init=False)
     banned_phrases: list[str] = field(init=False)  # decode.banned, then the call's
     settings: DecodeConfig = field(init=False)  # `decode` without prefix, banned, constraints
@@ -137,6 +140,7 @@ class Prepared:
     tree: bool = False
     first_line: int = 1
     noun: str = "line"
+    statistics: float | None = None  # `Request.statistics`
 
     @cached_property
     def key(self) -> Hashable:
@@ -209,7 +213,9 @@ def prepare(
         for note in notes if warn else []:
             log.warning("%s%s", where, note)
     banned = [form for spellings in forms for form in spellings]
-    return Prepared(texts, settings, banned, request.attention, request.tree, first, noun)
+    return Prepared(
+        texts, settings, banned, request.attention, request.tree, first, noun, request.statistics
+    )
 
 
 def _crowded(constraints: list[list[int]], beam_size: int) -> list[str]:

@@ -96,6 +96,9 @@ class Translation:
     # (start, end) indices of `tgt_pieces`, in the order the constraints were given
     constraint_spans: list[tuple[int, int]] = field(default_factory=list)
     failure: str | None = None  # why the search found no translation (None: it found one)
+    # with `Request.statistics`: (pieces, 2), for each of `tgt_pieces` after the forced language
+    # code, its log-probability at the request's temperature and its step's entropy there
+    statistics: Tensor | None = None
     warnings: list[str] = field(default_factory=list)  # what its reader should know (`Prepared`)
 
     def attention(self, layer: int | None = -1, head: int | None = None) -> Tensor | None:
@@ -276,7 +279,7 @@ class Translator:
             banned=prepared.banned,
             constraints=[t.constraints for t in live] if any(t.constraints for t in live) else None,
             attention=prepared.attention, trees=prepared.tree,
-            free_prefix=max((t.free for t in live), default=0),
+            free_prefix=max((t.free for t in live), default=0), statistics=prepared.statistics,
         )  # fmt: skip
         searched = search_all(self.model, job, self.device, self.lexicon)
         flat = [h.tokens for done in searched for h in done.nbest]
@@ -393,6 +396,7 @@ def _translation(
         prefix_pieces=len(text.prefix),
         tree=None if done.tree is None else _with_pieces(done.tree, vocabs.tgt),
         constraint_spans=spans(hyps[0].tokens, text.constraints),
+        statistics=None if hyps[0].statistics is None else hyps[0].statistics[text.free :],
     )
 
 

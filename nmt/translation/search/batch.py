@@ -45,6 +45,7 @@ class SearchBatch:
     output: OutputRows | None  # the output layer's rows for the shortlist's ids
     recorder: TreeRecorder | None  # records the search tree when asked for
     attention: bool  # keep the attention maps of each hypothesis
+    statistics: float | None = None  # `SearchJob.statistics`: the temperature, or not recorded
 
     @classmethod
     def build(
@@ -82,7 +83,7 @@ class SearchBatch:
             recorder = TreeRecorder(row_sentence, len(index), goals)
         return cls(
             src, src_lens, cfg, max_len, rules, None if prefix is None else (prefix >= 0).sum(1),
-            wanted, shortlist, output, recorder, job.attention,
+            wanted, shortlist, output, recorder, job.attention, job.statistics,
         )  # fmt: skip
 
 

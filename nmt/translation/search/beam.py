@@ -52,6 +52,8 @@ def beam_search(model: Seq2Seq, batch: SearchBatch) -> list[list[Hypothesis]]:
     scores = torch.zeros((size, 1), device=device)  # (N, W): W rows per sentence, 1 then K
     history = torch.zeros((size, 0), dtype=torch.long, device=device)  # (R, t)
     maps = _Maps() if batch.attention else None  # every step's maps, by back-pointers
+    # (R, t, 2) with batch.statistics: each row's tokens' log-probabilities there and entropies
+    stats = None if batch.statistics is None else torch.zeros((size, 0, 2), device=device)
     prev = torch.full((size,), BOS, dtype=torch.long, device=device)
     enough = max(cfg.n_best, math.ceil(cfg.patience * k))  # finished hypotheses that end a sentence
     finished = _Finished(batch, enough)
@@ -67,7 +69,7 @@ def beam_search(model: Seq2Seq, batch: SearchBatch) -> list[list[Hypothesis]]:
         if shortlist is not None and (allowed is None or allowed.size(0) != live * width):
             allowed = shortlist.allowed[row_sentence]  # (R, C)
         step = Step(t, row_sentence, history, batch.rules.forced(t, row_sentence), allowed)
-        log_probs, weights, state = next_log_probs(model, prev, state, batch, step)
+        log_probs, weights, state, step_stats = next_log_probs(model, prev, state, batch, step)
         here = None if maps is None or weights is None else maps.add(weights)  # (R,)
         forced = step.forced
         vocab = log_probs.size(1)
@@ -89,6 +91,8 @@ def beam_search(model: Seq2Seq, batch: SearchBatch) -> list[list[Hypothesis]]:
         rows = top // vocab + torch.arange(live, device=device).unsqueeze(1) * width  # (N, 2K)
         tokens = top % vocab
         is_eos = tokens == EOS
+        # (N, 2K, 2): each candidate's statistics (`StepStatistics`), with batch.statistics
+        candidate = None if stats is None or step_stats is None else step_stats.pick(rows, tokens)
 
         # finish: EOS among the first K; at the length limit, all of the first K
         finish = torch.zeros_like(is_eos)
@@ -109,7 +113,10 @@ def beam_search(model: Seq2Seq, batch: SearchBatch) -> list[list[Hypothesis]]:
             attn = None
             if here is not None:
                 attn = maps.paths(here, ended_rows)  # (F, t + 1, L, h, S)
-            finished.add(sentence[which], seqs, top_scores[which, rank], attn, nodes)
+            ended_stats = None  # (F, t + 1, 2)
+            if candidate is not None:
+                ended_stats = torch.cat([stats[ended_rows], candidate[which, rank, None]], 1)
+            finished.add(sentence[which], seqs, top_scores[which, rank], attn, nodes, ended_stats)
 
         done = at_limit | (n_finished[sentence] >= enough)
         if not cfg.early_stopping:  # ...and the best live one, ranked now, could not rank higher
@@ -124,11 +131,15 @@ def beam_search(model: Seq2Seq, batch: SearchBatch) -> list[list[Hypothesis]]:
         pick = order[:, :k]  # (N, K)
         parent = rows.gather(1, pick)  # (N, K) rows of this step
         scores, prev = top_scores.gather(1, pick), tokens.gather(1, pick)
+        chosen = None  # (N, K, 2)
+        if candidate is not None:
+            chosen = candidate.gather(1, pick.unsqueeze(2).expand(-1, -1, 2))
         if constraints is not None:  # progress follows the beam like the history
             matched, met = follow(reached, banks, pick)
         if bool(done.any()):  # sentences leave: their per-sentence state goes too
             keep = (~done).nonzero().squeeze(1)
             scores, parent, prev, sentence = scores[keep], parent[keep], prev[keep], sentence[keep]
+            chosen = None if chosen is None else chosen[keep]
             if constraints is not None:
                 matched, met = matched[keep], met[keep]
             state = state.reorder(parent.view(-1), keep)
@@ -140,6 +151,8 @@ def beam_search(model: Seq2Seq, batch: SearchBatch) -> list[list[Hypothesis]]:
             row_met = None if met is None else met.view(-1)
             recorder.advance(parent, ids, scores.view(-1), t + 1, row_met)
         history = torch.cat([history[parent], prev.unsqueeze(1)], dim=1)
+        if stats is not None and chosen is not None:
+            stats = torch.cat([stats[parent], chosen.view(-1, 1, 2)], dim=1)
         if here is not None:
             maps.follow(here, parent)
 
@@ -213,17 +226,20 @@ class _Finished:
         scores: Tensor,
         attn: Tensor | None,
         nodes: Tensor | None,
+        stats: Tensor | None = None,
     ) -> None:
         """F finished hypotheses: their sentences (F,), tokens (F, t + 1) (vocabulary ids, or
-        shortlist columns), scores (F,), attention maps (F, t + 1, L, h, S) or None, and tree
-        nodes (F,) or None."""
+        shortlist columns), scores (F,), attention maps (F, t + 1, L, h, S) or None, tree
+        nodes (F,) or None, and statistics (F, t + 1, 2) or None."""
         tokens = (seqs if self.ids is None else self.ids[seqs]).tolist()
         attn = None if attn is None else attn.cpu()
+        stats = None if stats is None else stats.cpu()
         node_ids = [None] * len(tokens) if nodes is None else nodes.tolist()
         for f, (i, seq, score) in enumerate(zip(sentences.tolist(), tokens, scores.tolist())):
             hyp_attn = None if attn is None else attn[f, ..., : self.src_lens[i]]
             hyp = hypothesis(seq, score, hyp_attn, self.cfg)
             hyp.node = node_ids[f]
+            hyp.statistics = None if stats is None else stats[f]
             self.lists[i].append(hyp)
         if not self.cfg.early_stopping:
             touched = sorted(set(sentences.tolist()))

@@ -31,3 +31,7 @@ class SearchJob:
     # target language's code, which Hugging Face's forced_bos_token_id scores 0 (a model with
     # language codes puts it in every text's prefix, so the count is the job's)
     free_prefix: int = 0
+    # record, for every piece of every hypothesis, its log-probability with the logits divided
+    # by this temperature and the entropy of that step's distribution at it (what confidence is
+    # read from: `nmt.translation.confidence`); None: not recorded
+    statistics: float | None = None

@@ -48,6 +48,8 @@ def _single_path(
     scores = torch.zeros(size, device=device)
     lengths = torch.zeros(size, dtype=torch.long, device=device)  # tokens produced, EOS included
     maps: Tensor | None = None  # (B, steps, L, h, S)
+    # (B, steps, 2) with batch.statistics: each token's log-probability there and its entropy
+    stats = None if batch.statistics is None else torch.zeros((size, steps, 2), device=device)
     prefix_scores = torch.zeros(size, device=device)
     last_node = torch.zeros(size, dtype=torch.long, device=device)  # (B,) with a recorder
 
@@ -64,9 +66,11 @@ def _single_path(
         if shortlist is not None and (allowed is None or allowed.size(0) != alive.numel()):
             allowed = shortlist.allowed[alive]
         step = Step(t, alive, history, batch.rules.forced(t, alive), allowed)
-        log_probs, weights, state = next_log_probs(model, prev, state, batch, step)
+        log_probs, weights, state, step_stats = next_log_probs(model, prev, state, batch, step)
         choice = _draw(log_probs, cfg, generator)
         tokens[alive, t] = choice
+        if stats is not None and step_stats is not None:
+            stats[alive, t] = step_stats.pick(torch.arange(choice.numel(), device=device), choice)
         scores[alive] += log_probs.gather(1, choice.unsqueeze(1)).squeeze(1)
         lengths[alive] = t + 1
         if step.forced is not None:  # a prefix that ends at this step: its score is the row's now
@@ -97,6 +101,7 @@ def _single_path(
         recorder.mark_finished(last_node)
     # one device-to-host copy per tensor, then plain Python
     maps = None if maps is None else maps.cpu()
+    stats = None if stats is None else stats.cpu()
     nodes = last_node.tolist() if recorder is not None else [None] * size
     out = []
     for row, (n, seq, score, prefix_score) in enumerate(
@@ -105,6 +110,7 @@ def _single_path(
         attn = None if maps is None else maps[row, :n, ..., : int(batch.src_lens[row])]
         hyp = hypothesis(seq[:n], score, attn, cfg)
         hyp.prefix_score, hyp.node = prefix_score, nodes[row]
+        hyp.statistics = None if stats is None else stats[row, :n]
         out.append(hyp)
     return out
 

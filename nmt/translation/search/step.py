@@ -30,6 +30,9 @@ class Hypothesis:
     attention: Tensor | None  # (steps, L, h, S) on CPU: one row per generated token (EOS incl.)
     prefix_score: float = 0.0  # log-probability of the forced prefix (0 without one)
     node: int | None = None  # its node in the batch's TreeRecorder, when one records
+    # (steps, 2) on CPU with `SearchJob.statistics`: per generated token (EOS incl.), its
+    # log-probability at the job's temperature and the entropy of its step there
+    statistics: Tensor | None = None
 
 
 @dataclass
@@ -42,10 +45,31 @@ class Decoded:
     failure: str | None = None
 
 
+@dataclass
+class StepStatistics:
+    """A step's distributions at `SearchJob.statistics`' temperature, before the step rules, as
+    teacher forcing reads them (`nmt.translation.scoring.piece_statistics`)."""
+
+    log_probs: Tensor  # (R, V) or (R, C)
+    entropy: Tensor  # (R,) in nats
+
+    @classmethod
+    def of(cls, logits: Tensor, temperature: float) -> StepStatistics:
+        """From a step's logits (R, V) (masked outside a shortlist). Their own softmax, not the
+        search's: the step rules change that one in place."""
+        tempered = torch.log_softmax(logits.float() / temperature, dim=-1)
+        return cls(tempered, torch.special.entr(tempered.exp()).sum(-1))
+
+    def pick(self, rows: Tensor, tokens: Tensor) -> Tensor:
+        """(..., 2): the log-probability of tokens[...] on rows[...] and that row's entropy."""
+        return torch.stack([self.log_probs[rows, tokens], self.entropy[rows]], dim=-1)
+
+
 def next_log_probs(model: Seq2Seq, prev: Tensor, state, batch: SearchBatch, step: Step):
     """Log-probabilities (R, V), or (R, C) over the batch's shortlist with `step.allowed` (R, C)
-    the columns each row may produce, after the step rules; the attention weights of the step and
-    the next state. prev (R,) holds vocabulary ids, or shortlist columns."""
+    the columns each row may produce, after the step rules; the attention weights of the step,
+    the next state and, when the batch records them, the step's `StepStatistics` (else None).
+    prev (R,) holds vocabulary ids, or shortlist columns."""
     shortlist = batch.shortlist
     if shortlist is None:
         logits, weights, state = model.decode_step(prev, state)
@@ -53,7 +77,10 @@ def next_log_probs(model: Seq2Seq, prev: Tensor, state, batch: SearchBatch, step
         logits, weights, state = model.decode_step(shortlist.ids[prev], state, batch.output)
         logits = logits.masked_fill(~step.allowed, NEG_INF)
     log_probs = torch.log_softmax(logits.float(), dim=-1)  # fp32 whatever the autocast
-    return batch.rules(log_probs, step), weights, state
+    stats = None
+    if batch.statistics is not None:
+        stats = StepStatistics.of(logits, batch.statistics)
+    return batch.rules(log_probs, step), weights, state, stats
 
 
 def hypothesis(
