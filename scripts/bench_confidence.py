@@ -14,8 +14,11 @@ constructed degenerate outputs, and what it costs, printed as JSON.
   the translation said four more times), copies (the source as its translation), truncations
   (the first third of the words), of the references (clean by construction: false flags) and
   of the model's own translations (some of which are degenerate).
-- `cost`: seconds to translate the first test split, and to measure its confidence after,
-  medians of `--repeats`; one torch thread, the checkpoint's decode settings.
+- `cost`: on the first test split, medians of `--repeats`, one torch thread, the checkpoint's
+  decode settings: seconds to translate it; to measure its confidence after, by teacher forcing
+  (`measure`, what a caller with only the texts does); and to translate it with the confidence
+  read off the search's own steps (`Request.statistics`, then `judge_all`: what nmt-translate,
+  the documents and the server do). Each ratio is over plain translation.
 """
 
 from __future__ import annotations
@@ -29,8 +32,9 @@ import torch
 from nmt.data.splits import read_lines
 from nmt.device import describe
 from nmt.metrics import median_seconds
-from nmt.translation.confidence import fit, measure, quality_report, token_eces
-from nmt.translation.translator import Translator
+from nmt.translation.confidence import fit, judge_all, measure, quality_report, token_eces
+from nmt.translation.request import Request
+from nmt.translation.translator import Translator, raise_failure
 
 
 def main() -> None:
@@ -78,11 +82,21 @@ def main() -> None:
         flags[name] = round(sum(bool(c.flags) for c in found) / len(found), 4)
     report["flags"] = flags
     t_translate = median_seconds(lambda: translator.translate(src), args.repeats)
-    t_confidence = median_seconds(lambda: measure(translator, src, out, calibration), args.repeats)
+    t_teacher = median_seconds(lambda: measure(translator, src, out, calibration), args.repeats)
+
+    def read_off_the_search() -> list:
+        request = Request(src, decode, statistics=calibration.temperature)
+        done = raise_failure(translator.run(translator.prepare(request)), request)
+        return judge_all(translator, done, calibration)
+
+    t_search = median_seconds(read_off_the_search, args.repeats)
     report["cost"] = {
-        "translate_s": round(t_translate, 3), "confidence_s": round(t_confidence, 3),
-        "confidence_over_translate": round(t_confidence / t_translate, 3),
-    }  # fmt: skip
+        "translate_s": round(t_translate, 3),
+        "teacher_forced_confidence_s": round(t_teacher, 3),
+        "teacher_forced_over_translate": round((t_translate + t_teacher) / t_translate, 3),
+        "translate_with_confidence_s": round(t_search, 3),
+        "with_confidence_over_translate": round(t_search / t_translate, 3),
+    }
     print(json.dumps(report, indent=1))
 
 

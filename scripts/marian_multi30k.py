@@ -196,6 +196,7 @@ def fine_tune(imported: Path, run: Path, data: Path, args, lr: float, *extra: st
         f"train.max_minutes={minutes}", f"train.lr={lr}", "train.scheduler=constant",
         f"train.valid_every={valid_every}", "train.label_smoothing=0.1", *extra,
     ]  # fmt: skip
+    start = time.monotonic()
     child = subprocess.run(
         [sys.executable, __file__, "--tune-child", json.dumps(argv)],
         stdout=subprocess.PIPE, text=True, check=False,
@@ -209,9 +210,9 @@ def fine_tune(imported: Path, run: Path, data: Path, args, lr: float, *extra: st
     base = torch.load(imported / "ckpt.pt", map_location="cpu", weights_only=True)["model"]
     trainable, total = parameters(weights), parameters(base)
     return {
-        "minutes": minutes,
+        "minutes": round((time.monotonic() - start) / 60, 2),  # the whole run, validation too
         "lr": lr,
-        "updates": payload["step"],
+        "updates": payload["step"],  # the best checkpoint's, chosen on valid
         "valid_bleu": payload["metrics"].get("bleu"),
         "peak_mb": report["peak_mb"],
         "trainable_share": round(trainable / total, 4),
