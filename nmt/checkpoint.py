@@ -48,8 +48,10 @@ def save_checkpoint(
     cfg: TrainRunConfig,
     vocabs: Vocabs,
     lexicon: Lexicon | None = None,
+    files: tuple[Path, ...] = (),
 ) -> Path:
-    """Write a new checkpoint directory for `step` atomically and return its path.
+    """Write a new checkpoint directory for `step` atomically and return its path. `files`: more
+    of the run's files copied in, those that exist (its sentence starts, `nmt.data.starts`).
 
     An existing directory is never modified: saving a step twice gives a second directory
     (step-N-1), and the caller moves `last`/`best` before `prune` removes the old one.
@@ -75,6 +77,9 @@ def save_checkpoint(
             shutil.copy2(path, tmp / path.name)
         if lexicon is not None:
             lexicon.save(tmp / LEXICON_FILE)
+        for path in files:
+            if path.is_file():
+                shutil.copy2(path, tmp / path.name)
         _fsync_dir(tmp)
         os.rename(tmp, final)
         _fsync_dir(root)

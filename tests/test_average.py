@@ -62,7 +62,14 @@ def test_nmt_average_writes_a_checkpoint_that_loads_and_translates(run, capsys):
     expected = average_checkpoints(newest_checkpoints(run, 3))
     assert all(torch.equal(ckpt.payload["model"][k], v) for k, v in expected.items())
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["ckpt.pt", "config.yaml", "lexicon.pt", "pieces.tgt.tsv", "spm.model"]
+    assert names == [
+        "ckpt.pt",
+        "config.yaml",
+        "lexicon.pt",
+        "pieces.tgt.tsv",
+        "sentence_starts.txt",
+        "spm.model",
+    ]
 
     translator = Translator.from_checkpoint(out, device="cpu")
     texts = translator.translate(["Ich sehe einundzwanzig rote Äpfel.", ""])

@@ -10,6 +10,7 @@ import pytest
 from lxml import etree
 
 from nmt.config import TextFormat, TextOptions
+from nmt.data.starts import learn_starts
 from nmt.documents import html, markdown, srt
 from nmt.documents.alignment import moses, piece_words
 from nmt.documents.files import open_document
@@ -36,12 +37,60 @@ OPTIONS = TextOptions()
         ("今天天气很好。我们去公园吧！", "zh", ["今天天气很好。", "我们去公园吧！"]),
         ("Mr. Smith went to Washington.", "en", None),
         ("The U.S.A. is big. It has 50 states.", "en", ["The U.S.A. is big.", "It has 50 states."]),
+        # a number after a full stop starts a sentence, except after an abbreviation or ordinal
+        ("Sie fahren durch eine Landschaft. 2 Mädchen sitzen.", "de",
+         ["Sie fahren durch eine Landschaft.", "2 Mädchen sitzen."]),
+        ("Das dauert ca. 3 Stunden. Dann gehen wir.", "de",
+         ["Das dauert ca. 3 Stunden.", "Dann gehen wir."]),
+        ("Es liegt in Nr. 5 im Regal.", "de", None),
+        ("Er kam am 3. 5 Leute warteten.", "de", None),
+        ("It rained all day. 12 people came anyway.", "en",
+         ["It rained all day.", "12 people came anyway."]),
     ],
-)
+)  # fmt: skip
 def test_the_splitter_cuts_between_sentences_and_nowhere_else(text, language, sentences):
     parts = split(text, language)
     assert parts.sentences == (sentences or [text])
     assert parts.join(parts.sentences) == text  # the text's own whitespace, byte for byte
+
+
+STARTS = frozenset(["Ein", "Eine", "Der", "Die", "Zwei"])
+
+
+@pytest.mark.parametrize(
+    "text, sentences",
+    [
+        ("Zwei Männer in einer Stadt Der Mann hebt die Arme.",
+         ["Zwei Männer in einer Stadt", "Der Mann hebt die Arme."]),
+        ("Ein Mann mit offenem Mund Eine Gruppe füllt Wasserbehälter Ein Kind spielt.",
+         ["Ein Mann mit offenem Mund", "Eine Gruppe füllt Wasserbehälter", "Ein Kind spielt."]),
+        # after punctuation the splitter judges; a start word needs two words either side
+        ("Er sagt: Der Hund bellt.", None),
+        ("Zwei Männer und Der Hund", None),
+        ("Der Mann Der", None),
+        # title case: capitalised words are no sign of a new sentence
+        ("Der Herr Der Ringe Ist Ein Buch", None),
+        # a word that is no start is no cut, however capitalised
+        ("Ein Mann Frau Kind Hund spielt.", None),
+    ],
+)  # fmt: skip
+def test_a_sentence_without_final_punctuation_ends_before_a_word_that_starts_sentences(
+    text, sentences
+):
+    parts = split(text, "de", STARTS)
+    assert parts.sentences == (sentences or [text])
+    assert parts.join(parts.sentences) == text
+    assert split(text, "de").sentences == [text]  # without start words: sentencex alone
+
+
+def test_start_words_are_those_that_begin_sentences_and_hardly_occur_inside_them():
+    lines = ["Ein Mann läuft.", "Der Mann sieht Ein Schild.", "Mann und Frau."] * 10
+    lines += ["Eine Frau und ein Mann."] * 9 + ["Ein Kind ruft >>x<< Eine Frau."]
+    lines += [">>en<< Zwei Hunde."] * 10  # a target tag is not the first word
+    # "Ein" starts 11 lines and is inside 10: too often; "Mann" starts 10, is inside 29
+    assert learn_starts(lines) == ["Der", "Zwei"]
+    assert learn_starts(lines, share=1.0) == ["Ein", "Der", "Zwei"]
+    assert learn_starts(lines, least=11) == []
 
 
 def test_rejoining_keeps_the_whitespace_between_and_around_sentences():

@@ -11,6 +11,7 @@ from starlette.testclient import TestClient
 from nmt.cli import main as cli
 from nmt.cli.translate import LineFormat, translate_stream
 from nmt.config import DecodeConfig, TextFormat, TextOptions
+from nmt.data.starts import STARTS_FILE
 from nmt.documents import html
 from nmt.documents.texts import translate_texts
 from nmt.run_config import ServeRunConfig
@@ -53,6 +54,20 @@ def test_a_paragraph_is_translated_as_its_sentences_rejoined_n_lines_in_n_out(tr
     unsplit = LineFormat(text=TextOptions(split_sentences=False))
     whole = list(translate_stream(translator, lines[:1], GREEDY, unsplit))
     assert whole == [translator.translate_full(lines[:1])[0].text]
+
+
+def test_a_run_keeps_the_words_that_start_its_sentences_and_cuts_an_unpunctuated_join(
+    ckpt, translator
+):
+    """A sentence whose full stop is missing, joined to the next (a caption, a title): the
+    checkpoint knows the words its training sentences start with, and cuts before one."""
+    assert (ckpt / STARTS_FILE).is_file()
+    assert {"Ich", "Wir"} <= translator.sentence_starts
+    first = SENTENCES[0].rstrip(".")
+    alone = [t.text for t in translator.translate_full([first, SENTENCES[1]])]
+    out = list(translate_stream(translator, [f"{first} {SENTENCES[1]}"], GREEDY,
+                                LineFormat(text=TextOptions())))  # fmt: skip
+    assert out == [f"{alone[0]} {alone[1]}"]
 
 
 def test_a_sentence_a_line_is_the_same_bytes_as_without_text_options(translator):

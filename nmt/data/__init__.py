@@ -4,6 +4,7 @@
                   encoded into ids
     corpora.py    several corpora or language pairs mixed into one training set (data.corpora)
     languages.py  the language codes of an imported multilingual model in the training pairs
+    starts.py     the words that start the training sentences (where a paragraph is cut)
     tokenized.py  the training split tokenized once into memory-mapped Arrow, in the cache
     batches.py    batch plans from the lengths alone, and the padded tensors of one batch
     cache.py      the derived-data cache: entries named by a digest of all they were made from

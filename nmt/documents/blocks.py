@@ -70,8 +70,11 @@ class Plan:
         return not any(self.aligned) and all(len(s.sentences) == 1 for s in self.splits)
 
 
-def plan_blocks(blocks: list[Block], language: str, options: TextOptions) -> Plan:
-    splits = [_sentences(b.text, language or "en", options.split_sentences) for b in blocks]
+def plan_blocks(
+    blocks: list[Block], language: str, options: TextOptions, starts: frozenset[str] = frozenset()
+) -> Plan:
+    """`language` and `starts` (words that start sentences) for splitting each block."""
+    splits = [_sentences(b.text, language, options.split_sentences, starts) for b in blocks]
     return Plan(blocks, splits, [options.alignments or bool(b.codes) for b in blocks])
 
 
@@ -99,7 +102,7 @@ def translate_blocks(
     """Each block translated (see the module's notes); the blocks' codes already lifted
     (`nmt.documents.inline`, `protected`). `statistics`: each sentence's translation carries
     its piece statistics at this temperature (`Request.statistics`, for its confidence)."""
-    plan = plan_blocks(blocks, translator.source_language, options)
+    plan = plan_blocks(blocks, translator.source_language, options, translator.sentence_starts)
     found: dict[tuple[int, int], Translation] = {}
     for with_maps in (False, True):
         where = plan.where(with_maps)
@@ -119,10 +122,10 @@ def translate_blocks(
     return out
 
 
-def _sentences(text: str, language: str, wanted: bool) -> Split:
+def _sentences(text: str, language: str | None, wanted: bool, starts: frozenset[str]) -> Split:
     """A block's sentences, the whitespace between them kept and around them dropped (the
     format's reader keeps a block's outer whitespace where it was)."""
-    parts = split(text, language) if wanted else Split([text], ["", ""])
+    parts = split(text, language or "en", starts) if wanted else Split([text], ["", ""])
     return Split(parts.sentences, ["", *parts.gaps[1:-1], ""])
 
 

@@ -12,6 +12,19 @@ more), and CJK full stops, which sentence-splitter does not take.
     parts.sentences                     # ["Ein Hund läuft.", "Er bellt!"]
     parts.join(["A dog runs.", "It barks!"])   # "A dog runs.  It barks!"
 
+Two boundaries sentencex leaves, found as it would find them:
+
+- a full stop before a number ("…landschaft. 2 blonde Mädchen"): sentencex never cuts before a
+  digit. The number's first digit is read as a capital letter, and the cut is kept where
+  sentencex then makes it, so that its abbreviations still hold ("ca. 3 Stunden", "Nr. 5"),
+  except after a number ("am 3. 5 Leute": an ordinal).
+- a sentence with no final punctuation before the next ("…in einer Stadt Der Mann hebt…"): a
+  word that starts sentences of the model's training text and almost never occurs inside one
+  ("Der", "Ein", "Zwei" in German; "The", "A" in English: `nmt.data.starts`, kept with the
+  checkpoint) starts a sentence where it follows a word. A model without them (an import) is
+  split by sentencex alone. A line in title case ("The Lord of The
+  Rings") is not cut this way.
+
 `Split.join` puts the translations where the sentences were, with the text's own whitespace
 between them (two spaces, a tab, a line break), and around them. A text of one sentence is
 that text: it is translated as it always was, byte for byte.
@@ -24,7 +37,13 @@ from dataclasses import dataclass
 
 import sentencex
 
+TITLE_CASE = 2 / 3  # a text with more of its words capitalised than this is in title case
+
 _EDGE = re.compile(r"^(\s*)(.*?)(\s*)$", re.DOTALL)
+# whitespace after a full stop (and closing quotes or brackets) before a digit
+_STOP_DIGIT = re.compile(r"""(?<=[.!?…])["'»”’)\]]*(\s+)(?=\d)""")
+_NUMBER_STOP = re.compile(r"\d[.!?…]$")  # "3." before the digit: an ordinal
+_WORD = re.compile(r"\S+")
 
 
 @dataclass(frozen=True)
@@ -45,18 +64,21 @@ class Split:
         return "".join(out)
 
 
-def split(text: str, language: str) -> Split:
+def split(text: str, language: str, starts: frozenset[str] = frozenset()) -> Split:
     """The sentences of `text` in `language` (an ISO 639 code; sentencex has rules for many and
-    a fallback for the others). A text with one sentence (or none: blank) is one part, itself
-    whole, with no whitespace taken off."""
-    pieces = [p for p in sentencex.segment(language or "en", text)] if text.strip() else []
-    if len(pieces) <= 1:
+    a fallback for the others); `starts`: words that start sentences (`nmt.data.starts`). A text
+    with one sentence (or none: blank) is one part, itself whole, with no whitespace taken off."""
+    if not text.strip():
         return Split([text], ["", ""])
-    sentences, gaps, pending = [], [], ""
-    for piece in pieces:
-        lead, body, trail = _EDGE.match(piece).groups()
+    cuts = _sentencex_cuts(text, language or "en") | _start_cuts(text, starts)
+    if not cuts:
+        return Split([text], ["", ""])
+    sentences, gaps, pending, last = [], [], "", 0
+    for end in [*sorted(cuts), len(text)]:
+        lead, body, trail = _EDGE.match(text[last:end]).groups()
+        last = end
         if not body:  # whitespace alone: it belongs to the gap
-            pending += piece
+            pending += lead
             continue
         gaps.append(pending + lead)
         sentences.append(body)
@@ -65,3 +87,37 @@ def split(text: str, language: str) -> Split:
     if len(sentences) <= 1:
         return Split([text], ["", ""])
     return Split(sentences, gaps)
+
+
+def _sentencex_cuts(text: str, language: str) -> set[int]:
+    """Where sentencex starts a sentence after the first, a number after a full stop read as a
+    word with a capital (see the module's notes)."""
+    probe = text
+    for match in _STOP_DIGIT.finditer(text):
+        if not _NUMBER_STOP.search(text[: match.start()]):  # not after an ordinal
+            at = match.end(1)
+            probe = probe[:at] + "X" + probe[at + 1 :]  # the same length: offsets hold
+    cuts, at = set(), 0
+    for piece in sentencex.segment(language, probe):
+        if at:
+            cuts.add(at)
+        at += len(piece)
+    return cuts
+
+
+def _start_cuts(text: str, starts: frozenset[str]) -> set[int]:
+    """Before each of `starts` that follows a word ending in a letter or digit (no punctuation:
+    that is sentencex's to judge), two words or more from either end of its run of words."""
+    if not starts:
+        return set()
+    words = list(_WORD.finditer(text))
+    capitals = sum(w.group()[0].isupper() for w in words)
+    if len(words) < 4 or capitals > TITLE_CASE * len(words):
+        return set()
+    cuts, last = set(), 0
+    for k in range(2, len(words) - 1):
+        word, before = words[k].group(), words[k - 1].group()
+        if word in starts and before[-1].isalnum() and k - last >= 2:
+            cuts.add(words[k].start())
+            last = k
+    return cuts

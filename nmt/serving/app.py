@@ -190,7 +190,7 @@ def plan_texts(translator: Translator, asked: Asked) -> TextPlan | None:
         return None
     options, call = asked.options, asked.request
     blocks = [read_block(text.strip(), options.format, options) for text in call.texts]
-    plan = plan_blocks(blocks, translator.source_language, options)
+    plan = plan_blocks(blocks, translator.source_language, options, translator.sentence_starts)
     if plan.simple():
         return None
     attention = call.attention or any(plan.aligned)  # an alignment is read off the maps

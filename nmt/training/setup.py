@@ -13,6 +13,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import sentencepiece as spm
 import torch
 
@@ -26,6 +27,7 @@ from nmt.data.cache import building, cache_root, code_digest, copy_files, digest
 from nmt.data.corpora import MixedCorpus
 from nmt.data.languages import code_prefixes, inherit_codes
 from nmt.data.splits import Encoded, SplitText, encode, read_split, split_digest
+from nmt.data.starts import STARTS_FILE, learn_starts, write_starts
 from nmt.data.tokenized import TokenizedCorpus, tokenize
 from nmt.distributed import SINGLE, Dist, barrier
 from nmt.errors import NMTError
@@ -45,7 +47,7 @@ from nmt.tokenizer import (
     prune_vocabs,
     train_vocabs,
 )
-from nmt.training.lexicon import corpus_lexicon
+from nmt.training.lexicon import corpus_lexicon, sample_rows
 from nmt.training.resume import check_resume, load_init
 from nmt.training.run_log import remove_logs
 from nmt.training.validation import validation_prefixes
@@ -144,6 +146,8 @@ def prepare_run(
         lexicon = load_lexicon(run_dir)
         if lexicon is None:
             raise NMTError(f"{run_dir / LEXICON_FILE} is missing: rank 0 wrote it to another disk?")
+        if where.main and (resume is None or not (run_dir / STARTS_FILE).is_file()):
+            write_starts(learn_starts(_sources(train_data, vocabs)), run_dir / STARTS_FILE)
         directions: dict[str, range] = {}
         if valid_corpus is not None:
             valid, references = encode(valid_corpus, vocabs), valid_corpus.tgt
@@ -163,6 +167,12 @@ def prepare_run(
         train_data.close()
         raise
     return data, model, resume
+
+
+def _sources(corpus: TokenizedCorpus | MixedCorpus, vocabs: Vocabs) -> list[str]:
+    """The training sources the lexicon is learned on, as text (what `learn_starts` reads)."""
+    src, src_lens, _, _ = corpus.flat(sample_rows(len(corpus)))
+    return vocabs.src.decode([ids.tolist() for ids in np.split(src, np.cumsum(src_lens)[:-1])])
 
 
 def _mixed_corpus(

@@ -56,6 +56,7 @@ from torch import Tensor
 
 from nmt.checkpoint import Checkpoint, load_checkpoint
 from nmt.config import DecodeConfig, Strategy
+from nmt.data.starts import read_starts
 from nmt.device import check_precision, resolve_device
 from nmt.errors import NMTError
 from nmt.lexicon import Lexicon, check_lexicon
@@ -138,7 +139,9 @@ class Translator:
         {lang: None} for a model without target tags; None: languages unknown).
         `source_language`: what it reads (data.src_lang), for splitting text into sentences and,
         for a model with language `codes` (data.language_codes), the code put before each
-        source; `tags` then names the default target language."""
+        source; `tags` then names the default target language. `sentence_starts`, words that
+        start sentences of the training text, for splitting text (`nmt.data.starts`), are set
+        by `from_checkpoint` from the checkpoint's file; none otherwise."""
         self.model = model.eval()
         self.vocabs = vocabs
         self.device = device
@@ -146,6 +149,7 @@ class Translator:
         self.decode = decode or DecodeConfig()
         self.tags = TargetTags(tags, vocabs.src, codes, source_language)  # languages -> ids
         self.source_language = source_language
+        self.sentence_starts: frozenset[str] = frozenset()
         self._checked: DecodeConfig | None = None  # the settings `check` last passed
         self.check(self.decode)
 
@@ -165,10 +169,12 @@ class Translator:
             ckpt = load_checkpoint(ckpt)
         dev = resolve_device(device)
         data = ckpt.config.data
-        return cls(
+        translator = cls(
             restore_model(ckpt, dev), ckpt.vocabs, dev, ckpt.lexicon, decode or ckpt.config.decode,
             data.target_tags(), src_lang or data.src_lang, data.language_codes,
         )  # fmt: skip
+        translator.sentence_starts = read_starts(ckpt.path)
+        return translator
 
     @classmethod
     def from_checkpoints(
@@ -191,10 +197,12 @@ class Translator:
         dev = resolve_device(device)
         model, loaded = load_ensemble(ckpts, dev, weights, combine, attention)
         data = loaded[0].config.data
-        return cls(
+        translator = cls(
             model, loaded[0].vocabs, dev, loaded[0].lexicon, decode or loaded[0].config.decode,
             data.target_tags(), src_lang or data.src_lang, data.language_codes,
         )  # fmt: skip
+        translator.sentence_starts = read_starts(loaded[0].path)
+        return translator
 
     @classmethod
     def from_command(
