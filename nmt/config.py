@@ -500,6 +500,22 @@ class LoraConfig:
 
 
 @dataclass
+class GuidedAlignmentConfig:
+    """Guided alignment (`nmt.training.guided`): the attention taught to follow an aligner's
+    links, for the word alignments that put tags back (`nmt.documents.alignment`)."""
+
+    weight: float = 0.0  # of the attention's cross-entropy against the links; 0 = off
+    # the Transformer decoder layer (negative: from the top) and head taught; a recurrent decoder
+    # has one attention, taught whatever these say
+    layer: int = -2
+    head: int = 0
+
+    def __post_init__(self) -> None:
+        if self.weight < 0 or self.head < 0:
+            raise NMTError("train.guided_alignment.weight and .head must be >= 0")
+
+
+@dataclass
 class TrainConfig:
     max_steps: int = 100_000  # optimizer updates
     max_epochs: int = 0  # 0 = no limit
@@ -544,6 +560,7 @@ class TrainConfig:
     # low-rank adapters instead of the whole model (with train.init_from: its checkpoints hold
     # the adapters alone, MBs, and name init_from as their base)
     lora: LoraConfig = field(default_factory=LoraConfig)
+    guided_alignment: GuidedAlignmentConfig = field(default_factory=GuidedAlignmentConfig)
     max_bad_updates: int = 5  # NaN/inf or out-of-memory updates in a row before the run stops
 
     def __post_init__(self) -> None:

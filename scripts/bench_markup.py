@@ -10,7 +10,7 @@ what they cost, printed as JSON.
   three quarters of the words of the sentence-by-sentence one (a sentence dropped).
 - `tags`: `--lines` test lines with one source word wrapped in <b>...</b>, a word whose
   translation the training text gives (the target word most often on the same line, Dice
-  >= 0.5) and that the reference holds. `kept` counts outputs with both tags, once each and in
+  >= 0.5, each the other's best) and that the reference holds. `kept` counts outputs with both tags, once each and in
   order; `inside` the share, among the outputs that hold the word's translation, where it is
   between the tags; for every attention layer (and the mean of layers), read at the step that
   writes a piece and at the one that reads it (`shift`): what chose
@@ -37,7 +37,7 @@ from sacrebleu.metrics import BLEU
 from nmt.config import TextFormat, TextOptions
 from nmt.data.splits import read_lines
 from nmt.device import describe
-from nmt.documents.alignment import word_alignment
+from nmt.documents.alignment import Reading, word_alignment
 from nmt.documents.blocks import translate_blocks
 from nmt.documents.inline import lift_markup, place
 from nmt.documents.texts import read_block, translate_texts
@@ -52,7 +52,9 @@ def words(line: str) -> list[str]:
 
 
 def dictionary(src: list[str], tgt: list[str], least: int = 20) -> dict[str, str]:
-    """Source word -> the target word most often on the same line (Dice >= 0.5)."""
+    """Source word -> the target word most often on the same line (Dice >= 0.5), where that
+    word's own best source word is it: mutual best, so that a word seen beside a frequent
+    one is not taken for its translation ("eine" is on the lines of "woman", as "Frau" is)."""
     s_count, t_count, both = collections.Counter(), collections.Counter(), collections.Counter()
     for a, b in zip(src, tgt):
         sa, sb = set(words(a)), set(words(b))
@@ -60,13 +62,16 @@ def dictionary(src: list[str], tgt: list[str], least: int = 20) -> dict[str, str
         t_count.update(sb)
         both.update((x, y) for x in sa for y in sb)
     best: dict[str, tuple[float, str]] = {}
+    back: dict[str, tuple[float, str]] = {}
     for (x, y), c in both.items():
         if s_count[x] < least:
             continue
         dice = 2 * c / (s_count[x] + t_count[y])
-        if dice >= 0.5 and dice > best.get(x, (0.0, ""))[0]:
+        if dice > best.get(x, (0.0, ""))[0]:
             best[x] = (dice, y)
-    return {x: y for x, (_, y) in best.items()}
+        if dice > back.get(y, (0.0, ""))[0]:
+            back[y] = (dice, x)
+    return {x: y for x, (dice, y) in best.items() if dice >= 0.5 and back[y][1] == x}
 
 
 def well_formed(text: str) -> bool:
@@ -145,7 +150,7 @@ def main() -> None:
         for (_, target), block, result in zip(cases, blocks, results):
             pairs, src_off, tgt_off = [], 0, 0
             for t in result.sentences:
-                found = word_alignment(t, skip, layer, shift, head, both)
+                found = word_alignment(t, skip, Reading(layer, head, both, shift))
                 pairs += [(a + src_off, b + tgt_off) for a, b in found]
                 src_off += len(t.source.split())
                 tgt_off += len(t.text.split())

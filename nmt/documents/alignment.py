@@ -18,7 +18,9 @@ same way.
 
 from __future__ import annotations
 
-from nmt.translation.translator import Translation
+from dataclasses import dataclass
+
+from nmt.translation.translator import Translation, Translator
 
 # measured (docs/documents.md): the first layer read both ways puts the tagged word's translation
 # inside its tags most often, in a Transformer (0.94 of lines, the top layer one way 0.80) and in
@@ -26,6 +28,9 @@ from nmt.translation.translator import Translation
 DEFAULT_LAYER = 0
 DEFAULT_SHIFT = False
 DEFAULT_BOTH = True
+# a head trained to align (train.guided_alignment) is read both ways too: the Multi30k GRU put the
+# tagged word inside its tags in 0.980 of lines so, 0.970 one way (docs/documents.md)
+TAUGHT_BOTH = True
 WORD_START = "\u2581"  # sentencepiece's word mark
 
 
@@ -44,18 +49,38 @@ def piece_words(pieces: list[str], skip_first: int = 0, words: int | None = None
     return out
 
 
+@dataclass(frozen=True)
+class Reading:
+    """Which attention an alignment is read off: `layer` (None: the mean of the layers), `head`
+    (None: the mean of the layer's heads), `both` directions' links or the target's alone, and
+    `shift` (see the module's notes)."""
+
+    layer: int | None = DEFAULT_LAYER
+    head: int | None = None
+    both: bool = DEFAULT_BOTH
+    shift: bool = DEFAULT_SHIFT
+
+
+UNTAUGHT = Reading()  # the reading measured best for attention not trained to align
+
+
+def reading_of(translator: Translator) -> Reading:
+    """How a translator's alignments are read: off the head trained to align
+    (`Translator.taught_attention`, train.guided_alignment), else as measured best untaught."""
+    taught = translator.taught_attention
+    if taught is None:
+        return UNTAUGHT
+    return Reading(layer=taught[0], head=taught[1], both=TAUGHT_BOTH)
+
+
 def word_alignment(
-    translation: Translation,
-    skip_source: int = 0,
-    layer: int | None = DEFAULT_LAYER,
-    shift: bool = DEFAULT_SHIFT,
-    head: int | None = None,
-    both: bool = DEFAULT_BOTH,
+    translation: Translation, skip_source: int = 0, reading: Reading = UNTAUGHT
 ) -> list[tuple[int, int]]:
     """(source word, target word) pairs of a translation, sorted; [] without attention maps.
-    `skip_source`: pieces before the source's own (its target tag). `head`: one head's
-    attention (None: the mean of the layer's heads). `both`: also link each source piece to the
-    target piece that attends to it most (the union of both directions' links)."""
+    `skip_source`: pieces before the source's own (its target tag). With `reading.both`, each
+    source piece is also linked to the target piece that attends to it most (the union of both
+    directions' links)."""
+    layer, head, shift, both = reading.layer, reading.head, reading.shift, reading.both
     maps = translation.maps
     if maps is None or not translation.tgt_pieces:
         return []

@@ -22,7 +22,7 @@ import logging
 from dataclasses import dataclass, field
 
 from nmt.config import DecodeConfig, TextOptions
-from nmt.documents.alignment import word_alignment
+from nmt.documents.alignment import UNTAUGHT, Reading, reading_of, word_alignment
 from nmt.documents.inline import Block, place
 from nmt.documents.protect import lift_protected, pattern
 from nmt.documents.sentences import Split, split
@@ -78,14 +78,17 @@ def plan_blocks(
     return Plan(blocks, splits, [options.alignments or bool(b.codes) for b in blocks])
 
 
-def finish_blocks(plan: Plan, found: list[Translation], skip: int) -> list[BlockResult]:
+def finish_blocks(
+    plan: Plan, found: list[Translation], skip: int, reading: Reading = UNTAUGHT
+) -> list[BlockResult]:
     """Each block's result from its sentences' translations (`found`: in `plan.sentences`' order;
-    `skip`: the pieces of the target tag before each source)."""
+    `skip`: the pieces of the target tag before each source; `reading`: which attention the
+    alignments are read off, `reading_of` the translator)."""
     out, k = [], 0
     for block, parts, aligned in zip(plan.blocks, plan.splits, plan.aligned):
         sentences = found[k : k + len(parts.sentences)]
         k += len(parts.sentences)
-        out.append(_result(block, parts, sentences, aligned, skip))
+        out.append(_result(block, parts, sentences, aligned, skip, reading))
     return out
 
 
@@ -115,7 +118,7 @@ def translate_blocks(
         found.update(zip(where, done))
     skip = len(translator.tags.ids(tgt_lang))  # the target tag before each source
     order = [(i, k) for i, s in enumerate(plan.splits) for k in range(len(s.sentences))]
-    out = finish_blocks(plan, [found[w] for w in order], skip)
+    out = finish_blocks(plan, [found[w] for w in order], skip, reading_of(translator))
     for i, result in enumerate(out):
         for message in result.warnings:
             log.warning("%s %d: %s", noun, first + i, message)
@@ -130,7 +133,12 @@ def _sentences(text: str, language: str | None, wanted: bool, starts: frozenset[
 
 
 def _result(
-    block: Block, parts: Split, sentences: list[Translation], aligned: bool, skip: int
+    block: Block,
+    parts: Split,
+    sentences: list[Translation],
+    aligned: bool,
+    skip: int,
+    reading: Reading,
 ) -> BlockResult:
     warnings = [w for t in sentences for w in t.warnings]
     failed = next((t.failure for t in sentences if t.failure is not None), None)
@@ -141,7 +149,7 @@ def _result(
     if aligned:
         pairs, src, tgt = [], 0, 0
         for t in sentences:
-            pairs += [(s + src, j + tgt) for s, j in word_alignment(t, skip)]
+            pairs += [(s + src, j + tgt) for s, j in word_alignment(t, skip, reading)]
             src, tgt = src + len(t.source.split()), tgt + len(t.text.split())
     text = place(block, plain, pairs or [])
     return BlockResult(text, plain, pairs, sentences, None, warnings)

@@ -245,8 +245,11 @@ class RNNDecoder(nn.Module):
         """outputs (R, H) -> logits (R, V), or (R, C) for the C rows of `output`."""
         return self.out(outputs) if output is None else output(outputs)
 
-    def forward(self, tgt_in: Tensor, state: RNNState) -> tuple[Tensor, Tensor | None]:
-        """Teacher forcing: tgt_in (B, T) -> logits (B, T, V), attention (B, T, 1, h, S) or None."""
+    def forward(
+        self, tgt_in: Tensor, state: RNNState, attention_layer: int | None = None
+    ) -> tuple[Tensor, Tensor | None]:
+        """Teacher forcing: tgt_in (B, T) -> logits (B, T, V), attention (B, T, 1, h, S) or None
+        (the one attention there is, whatever `attention_layer` says)."""
         outputs, weights, _ = self.run(self.embed_dropout(self.embed(tgt_in)), state)
         return self.out(outputs), weights
 

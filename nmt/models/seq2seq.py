@@ -95,7 +95,10 @@ class Seq2Seq(nn.Module):
         return rows
 
     def forward(
-        self, src: Tensor, src_lens: Tensor, tgt_in: Tensor
+        self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, attention_layer: int | None = None
     ) -> tuple[Tensor, Tensor | None]:
-        """Teacher forcing: tgt_in (B, T) -> logits (B, T, V), attention (B, T, L, h, S) or None."""
-        return self.decoder(tgt_in, self.init_state(self.encode(src, src_lens)))
+        """Teacher forcing: tgt_in (B, T) -> logits (B, T, V), attention (B, T, L, h, S) or None:
+        a recurrent decoder's one attention (L = 1); a Transformer's layer `attention_layer`
+        alone (L = 1), none without one (training runs the fused kernels)."""
+        state = self.init_state(self.encode(src, src_lens))
+        return self.decoder(tgt_in, state, attention_layer)

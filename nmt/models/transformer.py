@@ -452,15 +452,21 @@ class TransformerDecoder(nn.Module):
         logits = self.project(self.norm(x).squeeze(1), output)
         return logits, torch.stack(maps, dim=1).squeeze(3), keys, values  # maps: L x (R, h, 1, S)
 
-    def forward(self, tgt_in: Tensor, state: TransformerState) -> tuple[Tensor, None]:
-        """Teacher forcing: tgt_in (B, T) -> logits (B, T, V). No attention weights are kept, so
-        training uses the fused kernels; decode step by step to see them."""
-        x = self.embed(tgt_in)
+    def forward(
+        self, tgt_in: Tensor, state: TransformerState, attention_layer: int | None = None
+    ) -> tuple[Tensor, Tensor | None]:
+        """Teacher forcing: tgt_in (B, T) -> logits (B, T, V), and with `attention_layer` (an
+        index, negative from the top) that layer's cross-attention weights (B, T, 1, h, S),
+        else None. Layers whose weights are not wanted run the fused kernels."""
+        x, kept = self.embed(tgt_in), None
+        wanted = None if attention_layer is None else attention_layer % len(self.layers)
         for i, layer in enumerate(self.layers):
-            x, _, _ = layer(
-                x, None, (state.cross_keys[i], state.cross_values[i]), state.src_mask, False
+            x, _, weights = layer(
+                x, None, (state.cross_keys[i], state.cross_values[i]), state.src_mask, i == wanted
             )
-        return self.project(self.norm(x)), None
+            if i == wanted:
+                kept = weights.transpose(1, 2).unsqueeze(2)  # (B, h, T, S) -> (B, T, 1, h, S)
+        return self.project(self.norm(x)), kept
 
 
 def _init(module: nn.Module, d_model: int) -> None:

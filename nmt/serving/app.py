@@ -43,6 +43,7 @@ from starlette.staticfiles import StaticFiles
 
 from nmt.checkpoint import Checkpoint, load_checkpoint
 from nmt.config import Strategy
+from nmt.documents.alignment import reading_of
 from nmt.documents.blocks import Plan, finish_blocks, plan_blocks
 from nmt.documents.texts import read_block
 from nmt.errors import NMTError
@@ -203,7 +204,7 @@ def text_results(
     """Each text's answer put together from its sentences' translations and confidences
     (`document_json`)."""
     skip = len(translator.tags.ids(asked.request.tgt_lang))
-    results = finish_blocks(plan.blocks, [t for t, _ in found], skip)
+    results = finish_blocks(plan.blocks, [t for t, _ in found], skip, reading_of(translator))
     judged = iter(c for _, c in found)
     call, out = asked.request, []
     for text, r in zip(call.texts, results):

@@ -22,6 +22,7 @@ from torch import Tensor
 
 from nmt.data.batches import Batch
 from nmt.tokenizer import PAD
+from nmt.training.guided import Guide
 
 
 class _SmoothedCrossEntropy(torch.autograd.Function):
@@ -68,9 +69,16 @@ def smoothed_cross_entropy(
     return _SmoothedCrossEntropy.apply(logits, target, smoothing, pad)
 
 
-def batch_loss(model: torch.nn.Module, batch: Batch, smoothing: float) -> tuple[Tensor, Tensor]:
-    """Summed training loss (label-smoothed) and summed NLL of one batch under teacher forcing.
-    `model` is a Seq2Seq or its DistributedDataParallel / torch.compile wrapper."""
-    logits, _ = model(batch.src, batch.src_lens, batch.tgt_in)  # (B, T, V)
+def batch_loss(
+    model: torch.nn.Module, batch: Batch, smoothing: float, guide: Guide | None = None
+) -> tuple[Tensor, Tensor]:
+    """Summed training loss (label-smoothed) and summed NLL of one batch under teacher forcing;
+    with `guide`, the loss holds its guided-alignment term too (`nmt.training.guided`). `model`
+    is a Seq2Seq or its DistributedDataParallel / torch.compile wrapper."""
+    layer = None if guide is None else guide.layer
+    logits, attention = model(batch.src, batch.src_lens, batch.tgt_in, layer)  # (B, T, V)
     target = batch.tgt_out.reshape(-1)  # (B*T,)
-    return smoothed_cross_entropy(logits.reshape(target.size(0), -1), target, smoothing, PAD)
+    loss, nll = smoothed_cross_entropy(logits.reshape(target.size(0), -1), target, smoothing, PAD)
+    if guide is not None:
+        loss = loss + guide.loss(attention, batch)
+    return loss, nll

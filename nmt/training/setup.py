@@ -47,6 +47,7 @@ from nmt.tokenizer import (
     prune_vocabs,
     train_vocabs,
 )
+from nmt.training.guided import Links, check_guided, corpus_links
 from nmt.training.lexicon import corpus_lexicon, sample_rows
 from nmt.training.resume import check_resume, load_init
 from nmt.training.run_log import remove_logs
@@ -77,6 +78,7 @@ class RunData:
     lexicon: Lexicon  # saved with every checkpoint, for decode.shortlist (nmt/lexicon.py)
     # several corpora: direction ("de-en") -> its rows of `valid`, each also scored alone
     valid_directions: dict[str, range] = field(default_factory=dict)
+    links: Links | None = None  # each training pair's aligned pieces, for guided alignment
 
 
 def prepare_run(
@@ -91,6 +93,7 @@ def prepare_run(
     by broadcasting rank 0's weights.
     """
     root = _check_run_dir(cfg)
+    check_guided(cfg)
     if where.main:
         _reset_run_dir(cfg, root)
     barrier(where)
@@ -148,6 +151,12 @@ def prepare_run(
             raise NMTError(f"{run_dir / LEXICON_FILE} is missing: rank 0 wrote it to another disk?")
         if where.main and (resume is None or not (run_dir / STARTS_FILE).is_file()):
             write_starts(learn_starts(_sources(train_data, vocabs)), run_dir / STARTS_FILE)
+        links = None
+        if cfg.train.guided_alignment.weight:  # rank 0 aligns; the others read its cache entry
+            if where.main:
+                corpus_links(train_data, cfg.data.max_len)
+            barrier(where)
+            links = corpus_links(train_data, cfg.data.max_len)
         directions: dict[str, range] = {}
         if valid_corpus is not None:
             valid, references = encode(valid_corpus, vocabs), valid_corpus.tgt
@@ -159,7 +168,7 @@ def prepare_run(
             )
         if cfg.train.valid_bleu:  # a prefix validation cannot force fails now, not at step 1000
             validation_prefixes(valid.src, vocabs.tgt, cfg.decode)
-        data = RunData(vocabs, train_data, valid, references, lexicon, directions)
+        data = RunData(vocabs, train_data, valid, references, lexicon, directions, links)
         model = build_model(cfg.model, len(vocabs.src), len(vocabs.tgt), vocabs.joint)
         if init is not None:
             model.load_state_dict(init.payload["model"])

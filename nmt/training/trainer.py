@@ -44,6 +44,7 @@ from nmt.run_config import TrainRunConfig
 from nmt.training.bad_updates import BadUpdates
 from nmt.training.budget import Budget
 from nmt.training.calibration import calibrate
+from nmt.training.guided import Guide
 from nmt.training.loss import batch_loss
 from nmt.training.preemption import StopRequest
 from nmt.training.resume import rng_state, set_rng_state
@@ -130,6 +131,10 @@ class Trainer:
                      lora.rank, ",".join(lora.targets), trainable, 100 * trainable / total,
                      total)  # fmt: skip
         self.train_model: torch.nn.Module = self.model  # what the training forward calls
+        self.guide = None  # train.guided_alignment: its loss term over the corpus's links
+        if data.links is not None:
+            prefixes = tuple(len(p) for p in data.train.prefixes)
+            self.guide = Guide(data.links, cfg.train.guided_alignment, prefixes)
         if where.active:
             ids = [device.index] if device.type == "cuda" else None
             self.train_model = DistributedDataParallel(self.model, device_ids=ids)
@@ -277,7 +282,7 @@ class Trainer:
                 if cfg.cuda_graphs:  # a new step: the last replay's outputs may be overwritten
                     torch.compiler.cudagraph_mark_step_begin()
                 with autocast(self.device, cfg.precision):
-                    loss, nll = batch_loss(self.train_model, batch, cfg.label_smoothing)
+                    loss, nll = batch_loss(self.train_model, batch, cfg.label_smoothing, self.guide)
                 # DDP averages gradients over ranks: dividing by tokens / world makes the sum
                 # over ranks equal one big batch normalised by all of its tokens
                 self.scaler.scale(loss / (tokens / world)).backward()

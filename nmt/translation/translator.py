@@ -150,6 +150,9 @@ class Translator:
         self.tags = TargetTags(tags, vocabs.src, codes, source_language)  # languages -> ids
         self.source_language = source_language
         self.sentence_starts: frozenset[str] = frozenset()
+        # (layer, head) of the cross-attention trained to align (train.guided_alignment), where
+        # word alignments are read; set by `from_checkpoint`
+        self.taught_attention: tuple[int, int] | None = None
         self._checked: DecodeConfig | None = None  # the settings `check` last passed
         self.check(self.decode)
 
@@ -174,6 +177,9 @@ class Translator:
             data.target_tags(), src_lang or data.src_lang, data.language_codes,
         )  # fmt: skip
         translator.sentence_starts = read_starts(ckpt.path)
+        guided = ckpt.config.train.guided_alignment
+        if guided.weight:
+            translator.taught_attention = (guided.layer, guided.head)
         return translator
 
     @classmethod
