@@ -12,9 +12,9 @@ what they cost, printed as JSON.
   translation the training text gives (the target word most often on the same line, Dice
   >= 0.5, each the other's best) and that the reference holds. `kept` counts outputs with
   both tags, once each and in order; `inside` the share, among the outputs that hold the
-  word's translation, where it is between the tags; for every attention layer (and the mean of layers), read at the step that
-  writes a piece and at the one that reads it (`shift`): what chose
-  nmt.documents.alignment.DEFAULT_LAYER and DEFAULT_SHIFT.
+  word's translation, where it is between the tags; for every attention layer (and the mean
+  of layers), read at the step that writes a piece and at the one that reads it (`shift`):
+  what chose nmt.documents.alignment.DEFAULT_LAYER and DEFAULT_SHIFT.
 - `protected`: `--lines` test lines with a URL, a `{name}` placeholder or a code such as XK-4711
   put after their third word; `verbatim` counts outputs holding it exactly once.
 - `cost`: the seconds of the paragraphs with splitting against their sentences given one a
