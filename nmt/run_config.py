@@ -54,6 +54,12 @@ class TrainRunConfig:
     model: ModelConfig = MISSING
     train: TrainConfig = field(default_factory=TrainConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
+    # the decoding the confidence calibration is fitted with at the end of training
+    # (train.calibrate): a calibration belongs to its decode settings, and nmt-translate,
+    # nmt-evaluate and nmt-serve decode with beam search by default
+    calibration_decode: DecodeConfig = field(
+        default_factory=lambda: DecodeConfig(strategy=Strategy.beam)
+    )
     run_dir: str = MISSING
     seed: int = 1234
     device: str = "auto"

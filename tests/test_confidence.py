@@ -4,6 +4,7 @@ carries the fields (nmt-translate's columns and review file, nmt-evaluate's repo
 answer)."""
 
 import json
+import math
 from dataclasses import replace
 
 import pytest
@@ -11,17 +12,21 @@ import torch
 from starlette.testclient import TestClient
 
 from nmt.cli import main as cli
-from nmt.config import Strategy
+from nmt.config import SHORTLIST_MAX, Strategy
 from nmt.data.splits import read_lines
+from nmt.lexicon import Lexicon
 from nmt.run_config import ServeRunConfig
 from nmt.serving.app import load_app
+from nmt.tokenizer import EOS
+from nmt.translation.agreement import FREQUENT, UNLISTED, agreement
+from nmt.translation.calibrators import isotonic, isotonic_at, logistic
 from nmt.translation.confidence import (
     CALIBRATION_FILE,
     Calibration,
     Confidence,
     combine,
     expected_calibration_error,
-    judge,
+    judge_all,
     measure,
     spearman,
     token_eces,
@@ -38,9 +43,12 @@ def ckpt(train_small):
 
 
 def test_the_run_stores_a_calibration_that_lowers_the_pieces_ece_on_test(ckpt, demo_dir):
-    calibration = Calibration.load(ckpt)
-    assert calibration is not None and calibration.fitted["split"] == "valid"
     translator = Translator.from_checkpoint(ckpt, device="cpu")
+    calibration = Calibration.load(ckpt, translator.decode)  # greedy's
+    assert calibration is not None and calibration.fitted["split"] == "valid"
+    assert calibration.fitted["search"] == "greedy"
+    beam = Calibration.load(ckpt, replace(translator.decode, strategy=Strategy.beam))
+    assert beam is not None and beam.fitted["search"] == "beam" and beam != calibration
     src = read_lines(demo_dir / "test.de")
     ref = read_lines(demo_dir / "test.en")
     out = translator.translate(src)
@@ -55,17 +63,34 @@ def test_the_run_stores_a_calibration_that_lowers_the_pieces_ece_on_test(ckpt, d
 
 
 def test_the_logistic_fit_recovers_the_map_that_made_the_labels():
-    """Platt scaling's fit (`_logistic`): labels drawn from sigmoid(2 x + 1) give back 2 and 1."""
-    from nmt.translation.confidence import _logistic
-
+    """The logistic map of P(good): labels drawn from sigmoid(2 x + 1) give back 2 and 1."""
     generator = torch.Generator().manual_seed(0)
     x = torch.rand(20_000, generator=generator) * 6 - 5
     y = (torch.rand(20_000, generator=generator) < torch.sigmoid(2 * x + 1)).float()
-    a, b = _logistic(x, y)
+    a, b = logistic(x, y)
     assert a == pytest.approx(2.0, abs=0.15) and b == pytest.approx(1.0, abs=0.15)
-    calibration = Calibration(token_scale=a, token_shift=b)
-    assert calibration.piece_probability(-0.5) == pytest.approx(float(torch.sigmoid(
-        torch.tensor(a * -0.5 + b))), abs=1e-6)  # fmt: skip
+
+
+def test_the_isotonic_map_recovers_a_rising_probability_and_holds_enough_labels_a_step():
+    """The pieces' map: labels drawn with P(right | x) = x^2 on [0, 1] are fitted by a rising
+    step function close to it, each step resting on at least `least` labels."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.rand(20_000, generator=generator)
+    y = (torch.rand(20_000, generator=generator) < x**2).float()
+    knots, values = isotonic(x, y, least=200)
+    assert knots == sorted(knots) and values == sorted(values)
+    assert len(knots) <= 20_000 // 200
+    for at in (0.1, 0.3, 0.5, 0.7, 0.9):
+        assert isotonic_at(knots, values, at) == pytest.approx(at**2, abs=0.06)
+    assert isotonic_at(knots, values, -5.0) == values[0]
+    assert isotonic_at(knots, values, 5.0) == values[-1]
+    calibration = Calibration(token_knots=knots, token_values=values)
+    assert calibration.piece_probability(math.log(0.5)) == isotonic_at(knots, values, math.log(0.5))
+    assert Calibration().piece_probability(-0.5) == pytest.approx(math.exp(-0.5))
+    # pooled: labels falling with x give one step, their mean
+    assert isotonic(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([1.0, 1.0, 0.0]), least=1)[1] == [
+        pytest.approx(2 / 3)
+    ]
     assert Calibration().piece_probability(-0.5) == pytest.approx(0.6065, abs=1e-4)
 
 
@@ -83,7 +108,9 @@ def test_confidence_read_off_the_search_is_the_teacher_forced_one(ckpt, demo_dir
                                                                    temperature):  # fmt: skip
     """What every surface shows (`judge`, from the search's own steps) is what `measure`
     computes by teacher forcing the same pieces: the search's statistics follow its beam."""
-    calibration = Calibration.load(ckpt)
+    calibration = Calibration.load(
+        ckpt, replace(Translator.from_checkpoint(ckpt).decode, **settings)
+    )
     if temperature is not None:
         calibration = replace(calibration, temperature=temperature)
     translator = Translator.from_checkpoint(ckpt, device="cpu")
@@ -93,8 +120,8 @@ def test_confidence_read_off_the_search_is_the_teacher_forced_one(ckpt, demo_dir
     done = translator.run(translator.prepare(request))
     taught = measure(translator, src, [t.text for t in done], calibration, decode=decode)
     vocab, compared, ended = translator.vocabs.tgt, 0, 0
-    for t, theirs in zip(done, taught):
-        ours = judge(t, calibration)
+    for t, ours, theirs in zip(done, judge_all(translator, done, calibration), taught):
+        assert ours.features[4:] == pytest.approx(theirs.features[4:], abs=1e-6)  # lexical
         assert ours.flags == theirs.flags
         pieces = t.tgt_pieces[:-1] if t.tgt_pieces[-1:] == ["</s>"] else t.tgt_pieces
         if vocab.id_to_piece(vocab.encode([t.text])[0]) != pieces:
@@ -213,3 +240,28 @@ def test_the_http_answer_carries_confidence_when_asked(ckpt):
         bad = c.post("/translate", json={"text": "a", "confidence": "yes"})
         assert bad.status_code == 422
         assert '"confidence" must be true or false' in bad.json()["error"]
+
+
+def test_lexical_agreement_ranks_added_and_dropped_words():
+    """Precision: how far down the source pieces' translation lists each target piece is;
+    recall: how far down each source piece's list the translation reaches (log(1 + rank),
+    UNLISTED where none), function words (the most frequent targets) left out of precision."""
+    translations = torch.full((40, SHORTLIST_MAX), -1)
+    translations[10, :2] = torch.tensor([60, 61])
+    translations[11, 0] = 62
+    frequent = torch.tensor([*range(4, 4 + FREQUENT), *range(4 + FREQUENT, 100)])  # 30 in it
+    lexicon = Lexicon(translations, frequent)
+    source = [10, 11, EOS]
+    cases = {
+        (60, 62): (0.0, 0.0),
+        (61, 62): (math.log(2) / 2, math.log(2) / 2),  # a second choice
+        (60, 62, 70): (math.log1p(UNLISTED) / 3, 0.0),  # a word the source does not hold
+        (60,): (0.0, math.log1p(UNLISTED) / 2),  # a word left out
+        (60, 62, 30): (0.0, 0.0),  # a function word
+        (): (0.0, math.log1p(UNLISTED)),
+    }
+    targets = [[*t, EOS] for t in cases]
+    found = agreement(lexicon, [source] * len(targets), targets)
+    for got, want in zip(found, cases.values()):
+        assert got == pytest.approx(want, abs=1e-6)
+    assert agreement(None, [source], [[60, EOS]]) == [(0.0, 0.0)]

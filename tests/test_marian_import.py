@@ -159,7 +159,9 @@ def test_logits_equal_hugging_face(marian, demo_dir):
     mask = decoder_in != reference.config.pad_token_id
     mask[:, 0] = True
     got = got[..., order_index(order)]  # back into Hugging Face's order
-    assert (got - want)[mask].abs().max() <= 1e-4
+    # 1e-4, and float32's rounding of the largest logits: some are of the order of 1e4 here,
+    # kept to steps of 1e-3, and two kernels may round them apart (seen on an AMX Xeon)
+    torch.testing.assert_close(got[mask], want[mask], rtol=1e-6, atol=1e-4)
 
 
 def _order(ours: Path, hf_dir: Path) -> list[int]:

@@ -88,9 +88,9 @@ def test_filler_rows_change_neither_the_loss_nor_the_gradients(family):
 def test_training_sees_only_the_fixed_shapes(tmp_path, demo_dir, monkeypatch):
     real, shapes = train_module.batch_loss, []
 
-    def recorded(model, batch, smoothing):
+    def recorded(model, batch, smoothing, guide=None):
         shapes.append((tuple(batch.src.shape), tuple(batch.tgt_in.shape)))
-        return real(model, batch, smoothing)
+        return real(model, batch, smoothing, guide)
 
     monkeypatch.setattr(train_module, "batch_loss", recorded)
     extra = ["train.max_steps=12", "train.valid_every=12", "train.length_step=8"]

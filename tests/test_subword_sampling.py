@@ -168,11 +168,11 @@ def test_sample_target_false_trains_on_the_best_targets(runs, tmp_path, monkeypa
     real_loss, real_update = trainer_module.batch_loss, trainer_module.Trainer.update
     training, compared = [], []
 
-    def loss(model, batch, smoothing):
+    def loss(model, batch, smoothing, guide=None):
         best = training[-1].data.train.batch(batch.index)  # the same pairs, best segmentation
         assert rows(batch, "tgt") == rows(best, "tgt")
         compared.append(sum(a != b for a, b in zip(rows(batch, "src"), rows(best, "src"))))
-        return real_loss(model, batch, smoothing)
+        return real_loss(model, batch, smoothing, guide)
 
     def update(self, group):
         training.append(self)
@@ -298,9 +298,9 @@ def test_training_plans_from_the_draws_and_counts_their_tokens(runs, tmp_path, m
     real_loss, real_update = trainer_module.batch_loss, trainer_module.Trainer.update
     seen, counted = [], []
 
-    def loss(model, batch, smoothing):
+    def loss(model, batch, smoothing, guide=None):
         seen.append((*batch.src.shape, tuple(batch.tgt_in.shape), batch.n_tgt_tokens))
-        return real_loss(model, batch, smoothing)
+        return real_loss(model, batch, smoothing, guide)
 
     def update(self, group):
         done = real_update(self, group)

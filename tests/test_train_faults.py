@@ -231,8 +231,8 @@ def inject(monkeypatch, fault, at: set[int], trainer: Trainer) -> None:
     """Make the loss of the updates numbered in `at` go wrong with `fault`."""
     real = train_module.batch_loss
 
-    def faulty(model, batch, smoothing):
-        loss, nll = real(model, batch, smoothing)
+    def faulty(model, batch, smoothing, guide=None):
+        loss, nll = real(model, batch, smoothing, guide)
         if trainer.progress.step in at:
             if fault == "nan":
                 return loss * float("nan"), nll * float("nan")
@@ -294,9 +294,9 @@ def test_updates_that_recover_before_the_limit_do_not_stop_the_run(trainer, monk
 def test_the_nan_log_line_counts_skipped_updates(tmp_path, demo_dir, monkeypatch):
     real, calls = train_module.batch_loss, {"n": 0}
 
-    def nan_once(model, batch, smoothing):
+    def nan_once(model, batch, smoothing, guide=None):
         calls["n"] += 1
-        loss, nll = real(model, batch, smoothing)
+        loss, nll = real(model, batch, smoothing, guide)
         return (loss * float("nan"), nll) if calls["n"] == 3 else (loss, nll)
 
     monkeypatch.setattr(train_module, "batch_loss", nan_once)
@@ -335,8 +335,8 @@ def overflow(monkeypatch, trainer: Trainer, when: Callable[[int, float], bool]) 
     GradScaler's unscale_) under a finite loss, as fp16 gradients do when the scale is too high."""
     real = train_module.batch_loss
 
-    def overflowing(model, batch, smoothing):
-        loss, nll = real(model, batch, smoothing)
+    def overflowing(model, batch, smoothing, guide=None):
+        loss, nll = real(model, batch, smoothing, guide)
         if when(trainer.progress.step, trainer.scaler.get_scale()):
             loss.register_hook(lambda grad: grad * float("inf"))
         return loss, nll
@@ -349,8 +349,8 @@ def nan_loss(monkeypatch, trainer: Trainer, at: set[int], gradients: str = "fini
     (finite: GradScaler alone finds nothing wrong with them), or are NaN too."""
     real = train_module.batch_loss
 
-    def nan_valued(model, batch, smoothing):
-        loss, nll = real(model, batch, smoothing)
+    def nan_valued(model, batch, smoothing, guide=None):
+        loss, nll = real(model, batch, smoothing, guide)
         if trainer.progress.step in at:
             if gradients == "finite":
                 loss = loss - loss.detach() + float("nan")  # the value NaN, the gradient the same

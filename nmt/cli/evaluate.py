@@ -196,7 +196,7 @@ def _evaluate(
 def _confidence(cfg, ckpt, translator, sources, hypotheses, references, tgt_lang) -> dict:
     """confidence=true: the split's translations judged (`nmt.translation.confidence`), with the
     checkpoint's calibration, fitted first on the valid split when it has none."""
-    calibration = Calibration.load(ckpt.path)
+    calibration = Calibration.load(ckpt.path, translator.decode)
     if calibration is None:
         valid = read_split(cfg.data or ckpt.config.data, Split.valid)
         log.info("fitting the confidence calibration on the valid split (%d sentences)",
@@ -204,9 +204,9 @@ def _confidence(cfg, ckpt, translator, sources, hypotheses, references, tgt_lang
         fitted = fit(translator, valid.src, valid.tgt, tgt_lang=tgt_lang)
         calibration = fitted.calibration
         calibration.save(ckpt.path)
-        print(f"calibration: fitted on valid ({len(valid.src)} sentences, temperature "
-              f"{calibration.temperature}), saved as {ckpt.path / CALIBRATION_FILE}",
-              file=sys.stderr)  # fmt: skip
+        print(f"calibration: fitted on valid ({len(valid.src)} sentences, pieces' ECE "
+              f"{fitted.report['token_ece_t1']:.3f} -> {fitted.report['token_ece']:.3f}), saved "
+              f"as {ckpt.path / CALIBRATION_FILE}", file=sys.stderr)  # fmt: skip
     found = measure(translator, sources, hypotheses, calibration, tgt_lang)
     eces = token_eces(translator, sources, hypotheses, references, calibration, tgt_lang)
     return quality_report(found, hypotheses, references, eces)

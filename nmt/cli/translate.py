@@ -501,7 +501,7 @@ def translate_main(cfg: TranslateRunConfig) -> None:
         repl(translator, cfg)
         return
     reranker = Reranker.from_command(cfg, translator) if cfg.rerank else None
-    calibration = for_checkpoint(cfg.ckpts[0]) if cfg.confidence else None
+    calibration = for_checkpoint(cfg.ckpts[0], cfg.decode) if cfg.confidence else None
     fmt = LineFormat(cfg.nbest_tsv, cfg.prefix_tsv, cfg.constraints_tsv, cfg.tgt_lang, cfg,
                      calibration, cfg.retry_flagged)  # fmt: skip
     if job:

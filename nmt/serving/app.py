@@ -63,7 +63,13 @@ from nmt.serving.protocol import (
     translation_json,
 )
 from nmt.serving.score import parse_score_request, score_costs, scored_json
-from nmt.translation.confidence import Calibration, Confidence, for_checkpoint, judge_all
+from nmt.translation.confidence import (
+    Calibration,
+    Confidence,
+    for_checkpoint,
+    judge_all,
+    search_kind,
+)
 from nmt.translation.request import Prepared, PreparedText
 from nmt.translation.request import Request as TranslateRequest
 from nmt.translation.translator import Translation, Translator
@@ -92,7 +98,7 @@ class Failed:
 
 
 def decode_batch(
-    translator: Translator, items: list[Item], calibration: Calibration | None = None
+    translator: Translator, items: list[Item], calibrations: dict[str, Calibration] | None = None
 ) -> list[bytes | tuple | Failed]:
     """The batcher's work, in its worker thread: the texts of requests with the same key
     (`batch_key`: the same settings, banned phrases and what they return; each text carries its
@@ -102,9 +108,11 @@ def decode_batch(
     text with none: the search of the others does not depend on it. A `raw` item's result is its
     (Translation, Confidence or None): a sentence of a text split into sentences or carrying
     markup, put together by the request's handler (`text_results`). Items that ask for their
-    confidence have it measured here, in one pass over the batch (`calibration`)."""
+    confidence have it measured here, in one pass over the batch, with the calibration for its
+    kind of search (`calibrations`, by `search_kind`)."""
     first = items[0].request
     # a batch's items ask alike for confidence (batch_key): read off the search's own steps
+    calibration = None if calibrations is None else calibrations[search_kind(first.settings)]
     judging = items[0].confidence and calibration is not None
     batch = Prepared(
         [item.text for item in items], first.settings, first.banned, attention=first.attention,
@@ -232,7 +240,7 @@ def create_app(translator: Translator, cfg: ServeRunConfig, info: dict) -> Starl
     def run(key: object, items: list) -> list[bytes]:
         if key[0] == SCORE:
             return score_batch(translator, items)
-        return decode_batch(translator, items, calibration)
+        return decode_batch(translator, items, calibrations)
 
     batcher = Batcher(
         run, cfg.batch_wait_ms, cfg.max_batch, cfg.batch_cost, cfg.max_queue, cfg.max_queue_cost,
@@ -246,7 +254,13 @@ def create_app(translator: Translator, cfg: ServeRunConfig, info: dict) -> Starl
     limits = {k: getattr(cfg, k) for k in (*names, *queue)}
     info = {**info, "limits": limits}
     maps = map_size(translator)  # what a request's attention maps cost grows with
-    calibration = for_checkpoint(cfg.ckpts[0])
+    # the checkpoint's calibration for each kind of search a request may ask for
+    calibrations = {
+        search_kind(d): for_checkpoint(cfg.ckpts[0], d)
+        for d in (
+            dataclasses.replace(cfg.decode, strategy=s) for s in (Strategy.beam, Strategy.greedy)
+        )
+    }
 
     async def translate(request: Request) -> Response:
         asked = parse_request(await read_body(request, body_limit), cfg)

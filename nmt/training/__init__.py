@@ -6,6 +6,8 @@
     schedule.py     learning-rate schedules
     validation.py   loss, perplexity and BLEU on the validation split
     lexicon.py      IBM Model 1, learned once per run for `decode.shortlist`
+    guided.py       guided alignment: eflomal's links, and the attention taught to follow them
+    calibration.py  the confidence calibrations fitted at the end of a run
     budget.py       train.max_minutes
     bad_updates.py  NaN/inf, out-of-memory and fp16-overflow updates, skipped and counted
     preemption.py   SIGTERM / Ctrl-C: finish the update, save, exit 0

@@ -8,6 +8,10 @@
     scoring.py        given translations scored by teacher forcing
     rerank.py         n-best lists rescored by other models
     attention_map.py  a translation's attention maps: one layer or head, text and heatmaps
+    confidence.py     calibrated confidence per piece, word and sentence, fitted on valid
+    calibrators.py    the maps a confidence is fitted with, and the measures that judge them
+    agreement.py      a translation's lexical agreement with its source (a confidence feature)
+    flags.py          repetitions, copies and lengths off the references' ratios
     search/           ids -> ids: greedy, beam and sampling over the models' step interface
 
 `request` and `inputs` need sentencepiece and nothing heavier (the exported runtimes use them

@@ -1,30 +1,34 @@
 """Which translations to trust: calibrated confidence per piece, per word and per sentence.
 
-    calibration = Calibration.load(ckpt_dir) or fit(translator, valid_src, valid_ref).calibration
+    calibration = Calibration.load(ckpt_dir, decode) or fit(translator, src, ref).calibration
     found = measure(translator, sources, translations, calibration)
     found[0].sentence   # 0.83: the probability that the translation is good (below)
     found[0].words      # each whitespace word's probability, from its pieces'
     found[0].flags      # ["repeats"], ["copies the source"], ["too short"], ...
 
-The raw signal is the model's own: each piece's probability, read by teacher forcing the
-translation (`nmt.translation.scoring.piece_statistics`, one pass). It is miscalibrated at
-inference (Wang et al. 2020): a temperature, fitted on the validation split, divides the logits
-and a logistic map of the tempered log-probability (Platt scaling), both fitted on the
-validation split, make a piece given 0.8 right about 80% of the time (right: in the longest
-common subsequence of the translation's and the reference's pieces, difflib's matching, the
-labels of Wang et al.'s token-level inference ECE). A word's probability is the product of its
+The raw signal is the model's own: each piece's log-probability, read off the search's own steps
+(`Request.statistics`, `judge`) or by teacher forcing the translation (`measure`,
+`nmt.translation.scoring.piece_statistics`): the same numbers. It is miscalibrated at inference
+(Wang et al. 2020): an isotonic map of the log-probability, fitted on the validation split
+(`nmt.translation.calibrators.isotonic`), makes a piece given 0.8 right about 80% of the time
+(right: in the longest common subsequence of the translation's and the reference's pieces,
+difflib's matching, the labels of Wang et al.'s token-level inference ECE). Measured against a
+temperature with a logistic map after it (Platt scaling) on Multi30k, it leaves a fifth of
+their error on held-out data (docs/confidence.md). A word's probability is the product of its
 pieces'.
 
-The sentence: "good" means a sentence chrF of at least GOOD_CHRF against the reference. Features
-of the tempered pieces (their mean log-probability, TP of Fomicheva et al. 2020, and the mean
-entropy of the steps), the source's length and the length ratio feed a linear
+The sentence: "good" means a sentence chrF of at least GOOD_CHRF against the reference. The
+mean log-probability of the pieces (TP of Fomicheva et al. 2020), the source's length, the
+length ratio and the translation's lexical agreement with its source
+(`nmt.translation.agreement`: words the source does not hold, words of it left out) feed a linear
 predictor of sentence chrF, least squares on valid; a logistic map of the prediction, fitted on
 valid too, gives P(good): among sentences given 0.8, about 80% are good. `fit` chose these by
 measurement (docs/confidence.md): the predictor ranks sentences better than TP alone.
 
 The calibration travels with the checkpoint as calibration.json. A checkpoint without one (an
-import, a run older than it) gives the uncalibrated reading: temperature 1 and P(good) from TP
-through a fixed logistic (`Calibration()`), with a warning where a command reads it.
+import, a run older than it), or with one fitted on other features by an older nmt, gives the
+uncalibrated reading: each piece's own probability and P(good) from TP through a fixed logistic
+(`Calibration()`), with a warning where a command reads it.
 """
 
 from __future__ import annotations
@@ -33,15 +37,26 @@ import difflib
 import json
 import logging
 import math
-from dataclasses import asdict, dataclass, field
+import os
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
 from sacrebleu.metrics import CHRF
 
-from nmt.config import DecodeConfig
+from nmt.config import DecodeConfig, Strategy
 from nmt.errors import NMTError
 from nmt.tokenizer import EOS, SPECIAL_PIECES
+from nmt.translation.agreement import agreement
+from nmt.translation.calibrators import (
+    expected_calibration_error,
+    isotonic,
+    isotonic_at,
+    least_squares,
+    logistic,
+    sigmoid,
+    spearman,
+)
 from nmt.translation.flags import Flagger
 from nmt.translation.scoring import read_pairs
 
@@ -49,21 +64,24 @@ log = logging.getLogger(__name__)
 
 CALIBRATION_FILE = "calibration.json"
 GOOD_CHRF = 50.0  # a translation is "good" with a sentence chrF of at least this
-TEMPERATURES = tuple(round(0.5 + 0.1 * k, 1) for k in range(26))  # 0.5 .. 3.0, the grid fitted
-FEATURES = ("mean_logprob", "mean_entropy", "log_source_pieces", "log_length_ratio")
-BINS = 10  # of the expected calibration errors
+FEATURES = ("mean_logprob", "log_source_pieces", "log_length_ratio", "lexical_precision",
+            "lexical_recall")  # fmt: skip
 WORD_START = "\u2581"
 EOS_PIECE = SPECIAL_PIECES[-1]  # "</s>", in nmt's vocabularies and in the imported ones
 
 
 @dataclass
 class Calibration:
+    # the logits are divided by it before the log-probabilities are read (1: as the model
+    # gives them; the isotonic map below needs no other)
     temperature: float = 1.0
-    # a piece's probability: sigmoid(token_scale * log p + token_shift), p at `temperature`
-    token_scale: float = 1.0
-    token_shift: float = 0.0
+    # a piece's probability: the isotonic map of its log-probability, a step function (each
+    # step's largest log-probability, ascending, and its probability); none: exp(log p)
+    token_knots: list[float] = field(default_factory=list)
+    token_values: list[float] = field(default_factory=list)
     # sentence chrF ~ weights . features + bias; the uncalibrated default reads TP alone
-    weights: list[float] = field(default_factory=lambda: [100.0, 0.0, 0.0, 0.0])
+    features: list[str] = field(default_factory=lambda: list(FEATURES))
+    weights: list[float] = field(default_factory=lambda: [100.0, 0.0, 0.0, 0.0, 0.0])
     bias: float = 100.0
     # P(good) = sigmoid(scale * (predicted chrF - GOOD_CHRF) + shift)
     scale: float = 0.1
@@ -72,15 +90,22 @@ class Calibration:
     fitted: dict = field(default_factory=dict)  # on what: split, sentences, decode; {}: not fitted
 
     def save(self, directory: Path) -> None:
-        data = asdict(self)
-        (Path(directory) / CALIBRATION_FILE).write_text(json.dumps(data, indent=1) + "\n")
+        """Into the directory's CALIBRATION_FILE, beside the fits it holds for the other kind of
+        search (`search_kind`), replacing one for the same kind."""
+        path = Path(directory) / CALIBRATION_FILE
+        fits = _read_fits(path)
+        fits[self.fitted.get("search", "greedy")] = asdict(self)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps({"fits": fits}, indent=1) + "\n")
+        os.replace(tmp, path)  # a reader sees the whole file or none
 
     @classmethod
-    def load(cls, directory: Path) -> Calibration | None:
-        path = Path(directory) / CALIBRATION_FILE
-        if not path.is_file():
+    def load(cls, directory: Path, decode: DecodeConfig) -> Calibration | None:
+        """The calibration a checkpoint directory holds for `decode`'s kind of search; None
+        where it has none (or one fitted on other features, by an older nmt)."""
+        data = _read_fits(Path(directory) / CALIBRATION_FILE).get(search_kind(decode))
+        if data is None:
             return None
-        data = json.loads(path.read_text())
         data["flags"] = Flagger(**data.get("flags", {}))
         return cls(**data)
 
@@ -88,14 +113,14 @@ class Calibration:
         return sum(w * x for w, x in zip(self.weights, features)) + self.bias
 
     def probability(self, predicted: float) -> float:
-        return _sigmoid(self.scale * (predicted - GOOD_CHRF) + self.shift)
+        return sigmoid(self.scale * (predicted - GOOD_CHRF) + self.shift)
 
     def piece_probability(self, logprob: float) -> float:
         """A piece's calibrated probability from its log-probability at the temperature; the
-        uncalibrated reading (scale 1, shift 0) is the plain probability."""
-        if self.token_scale == 1.0 and self.token_shift == 0.0:
+        uncalibrated reading is the plain probability."""
+        if not self.token_knots:
             return math.exp(logprob)
-        return _sigmoid(self.token_scale * max(logprob, -30.0) + self.token_shift)
+        return isotonic_at(self.token_knots, self.token_values, max(logprob, -30.0))
 
 
 @dataclass
@@ -119,18 +144,23 @@ def measure(
     """Each translation's confidence (see the module's notes); N pairs in, N out."""
     stats, pairs = _statistics(translator, sources, translations, (calibration.temperature,),
                                tgt_lang, decode)  # fmt: skip
+    agreed = agreement(translator.lexicon, pairs.src, pairs.tgt)
     return [
         _judged(calibration, source, text, len(src), translator.vocabs.tgt.id_to_piece(
-            tgt + [EOS]), rows[:, 0], rows[:, -1], len(tgt) + 1)
-        for source, text, src, tgt, rows in zip(sources, pairs.texts, pairs.src, pairs.tgt, stats)
+            tgt + [EOS]), rows[:, 0], len(tgt) + 1, lexical)
+        for source, text, src, tgt, rows, lexical in zip(sources, pairs.texts, pairs.src,
+                                                          pairs.tgt, stats, agreed)
     ]  # fmt: skip
 
 
-def judge(translation, calibration: Calibration) -> Confidence:
+def judge(
+    translation, calibration: Calibration, lexical: tuple[float, float] = (0.0, 0.0)
+) -> Confidence:
     """A translation's confidence read off its own search (a `Translation` of a request with
     `statistics=calibration.temperature`): what `measure` computes from the same pieces by
     teacher forcing, at no second pass. A translation the length limit ended has no EOS row;
-    its length counts one, as teacher forcing scores it."""
+    its length counts one, as teacher forcing scores it. `lexical`: its `agreement` with its
+    source (`judge_all` computes it)."""
     rows = translation.statistics
     if rows is None:
         raise NMTError("judge: the translation carries no statistics (Request.statistics)")
@@ -138,7 +168,7 @@ def judge(translation, calibration: Calibration) -> Confidence:
     ended = bool(pieces) and pieces[-1] == EOS_PIECE
     return _judged(
         calibration, translation.source, translation.text, len(translation.src_pieces), pieces,
-        rows[:, 0], rows[:, 1], rows.size(0) + (not ended),
+        rows[:, 0], rows.size(0) + (not ended), lexical,
     )  # fmt: skip
 
 
@@ -147,8 +177,9 @@ def judge_all(translator, translations: list, calibration: Calibration,
     """Each `Translation`'s confidence: read off its search where it carries the statistics
     (`judge`), by one teacher-forced pass over the others (`measure`: a blank source's, which
     no search ran for)."""
+    agreed = iter(_agreement_of(translator, [t for t in translations if t.statistics is not None]))
     out: list[Confidence | None] = [
-        None if t.statistics is None else judge(t, calibration) for t in translations
+        None if t.statistics is None else judge(t, calibration, next(agreed)) for t in translations
     ]
     rest = [i for i, c in enumerate(out) if c is None]
     if rest:
@@ -159,11 +190,21 @@ def judge_all(translator, translations: list, calibration: Calibration,
     return out  # type: ignore[return-value]
 
 
+def _agreement_of(translator, translations: list) -> list[tuple[float, float]]:
+    """`agreement` of translations by their pieces."""
+    src, tgt = translator.vocabs.src, translator.vocabs.tgt
+    sources = [[src.piece_to_id(p) for p in t.src_pieces] for t in translations]
+    targets = [[tgt.piece_to_id(p) for p in t.tgt_pieces] for t in translations]
+    return agreement(translator.lexicon, sources, targets)
+
+
 def _judged(calibration: Calibration, source: str, text: str, src_len: int, pieces: list[str],
-            logprobs: torch.Tensor, entropy: torch.Tensor, length: int) -> Confidence:  # fmt: skip
-    """One translation's Confidence from its pieces' tempered log-probabilities and entropies;
-    `length`: its pieces and the EOS, `src_len`: its source's pieces (tag and EOS included)."""
-    features = _features(logprobs, entropy, src_len, length)
+            logprobs: torch.Tensor, length: int,
+            lexical: tuple[float, float]) -> Confidence:  # fmt: skip
+    """One translation's Confidence from its pieces' log-probabilities (at the temperature);
+    `length`: its pieces and the EOS, `src_len`: its source's pieces (tag and EOS included),
+    `lexical`: its agreement with its source."""
+    features = _features(logprobs, src_len, length, lexical)
     predicted = calibration.predict(features)
     probs = [calibration.piece_probability(x) for x in logprobs.tolist()]
     flags = calibration.flags.check(source, text, src_len, length)
@@ -186,16 +227,43 @@ def combine(parts: list[Confidence]) -> Confidence:
                       weakest.features)  # fmt: skip
 
 
-def for_checkpoint(path: Path | str) -> Calibration:
-    """The calibration stored with a checkpoint, or (with a warning) the uncalibrated reading."""
-    found = Calibration.load(Path(path))
-    if found is None:
-        log.warning(
-            "%s has no %s: confidence is uncalibrated (nmt-evaluate ckpt=%s confidence=true fits "
-            "it on the valid split)", path, CALIBRATION_FILE, path,
-        )  # fmt: skip
-        return Calibration()
-    return found
+def search_kind(decode: DecodeConfig) -> str:
+    """Which of a checkpoint's calibrations serves `decode`: "beam", or "greedy" (sampling
+    too). A calibration belongs to the search it was fitted on: beam search's outputs are more
+    probable under the model than greedy ones, and as often right."""
+    return "beam" if decode.strategy == Strategy.beam else "greedy"
+
+
+def for_checkpoint(path: Path | str, decode: DecodeConfig) -> Calibration:
+    """The calibration stored with a checkpoint for `decode`'s kind of search; else the one for
+    the other kind, or the uncalibrated reading, with a warning."""
+    found = Calibration.load(Path(path), decode)
+    if found is not None:
+        return found
+    kind = search_kind(decode)
+    other = replace(decode, strategy=Strategy.greedy if kind == "beam" else Strategy.beam)
+    found = Calibration.load(Path(path), other)
+    how = f"nmt-evaluate ckpt={path} decode={kind} confidence=true fits one"
+    if found is not None:
+        log.warning("%s has no confidence calibration for %s search, only for %s: it serves "
+                    "(%s)", path, kind, search_kind(other), how)  # fmt: skip
+        return found
+    log.warning("%s has no %s: confidence is uncalibrated (%s)", path, CALIBRATION_FILE, how)
+    return Calibration()
+
+
+def _read_fits(path: Path) -> dict[str, dict]:
+    """The fits a calibration file holds, by kind of search; those of other features left out,
+    with a warning (fitted by an older nmt)."""
+    if not path.is_file():
+        return {}
+    data = json.loads(path.read_text())
+    fits = data.get("fits", {}) if isinstance(data, dict) else {}
+    current = {k: v for k, v in fits.items() if v.get("features") == list(FEATURES)}
+    if len(current) < len(fits) or "fits" not in data:
+        log.warning("%s holds a calibration fitted on other features, by an older nmt: it is not "
+                    "read (nmt-evaluate confidence=true fits it again)", path)  # fmt: skip
+    return current
 
 
 @dataclass
@@ -213,52 +281,59 @@ def fit(
     decode: DecodeConfig | None = None,
     split: str = "valid",
 ) -> Fitted:
-    """The calibration fitted on a split (valid): the temperature that makes the pieces' token
-    ECE least, the sentence predictor and its logistic map, and the flags' length bounds."""
+    """The calibration fitted on a split (valid): the pieces' isotonic map, the sentence
+    predictor and its logistic map, and the flags' length bounds."""
     decode = decode or translator.decode
     if translations is None:
         translations = translator.translate(sources, decode=decode, tgt_lang=tgt_lang)
-    stats, pairs = _statistics(translator, sources, translations, TEMPERATURES, tgt_lang, decode)
+    stats, pairs = _statistics(translator, sources, translations, 1.0, tgt_lang, decode)
     labels = [_piece_labels(translator, t, r) for t, r in zip(pairs.tgt, references)]
     flat_labels = torch.tensor([x for row in labels for x in row], dtype=torch.float)
-    eces = []
-    for k in range(len(TEMPERATURES)):
-        probs = torch.cat([rows[:-1, k] for rows in stats]).exp()  # the EOS has no label
-        eces.append(expected_calibration_error(probs, flat_labels))
-    best = min(range(len(TEMPERATURES)), key=lambda k: eces[k])
-    temperature = TEMPERATURES[best]
-    # then a logistic map of the tempered log-probability (Platt scaling) takes what a single
-    # temperature cannot: measured, the temperature alone barely lowers the token ECE
-    tempered = torch.cat([rows[:-1, best] for rows in stats]).clamp(min=-30.0)
-    token_scale, token_shift = _logistic(tempered, flat_labels)
-    token_probs = torch.sigmoid(token_scale * tempered + token_shift)
-    at_t, _ = _statistics(translator, sources, translations, (temperature,), tgt_lang, decode)
+    # the EOS has no label
+    log_probs = torch.cat([rows[:-1, 0] for rows in stats]).clamp(min=-30.0)
+    knots, values = isotonic(log_probs, flat_labels)
+    agreed = agreement(translator.lexicon, pairs.src, pairs.tgt)
     features = torch.tensor(
         [
-            _features(rows[:, 0], rows[:, -1], len(src), len(tgt) + 1)
-            for rows, src, tgt in zip(at_t, pairs.src, pairs.tgt)
+            _features(rows[:, 0], len(src), len(tgt) + 1, lexical)
+            for rows, src, tgt, lexical in zip(stats, pairs.src, pairs.tgt, agreed)
         ]  # fmt: skip
     )  # (N, F)
     chrf = torch.tensor([sentence_chrf(t, r) for t, r in zip(translations, references)])
-    weights, bias = _least_squares(features, chrf)
+    weights, bias = least_squares(features, chrf)
     predicted = features @ weights + bias
     good = (chrf >= GOOD_CHRF).float()
-    scale, shift = _logistic(predicted - GOOD_CHRF, good)
+    scale, shift = logistic(predicted - GOOD_CHRF, good)
     ratios = [(len(t) + 1) / len(s) for t, s in zip(_reference_ids(translator, references),
                                                    pairs.src) if len(s) > 1]  # fmt: skip
     calibration = Calibration(
-        temperature, token_scale, token_shift, weights.tolist(), float(bias), scale, shift,
+        1.0, knots, values, list(FEATURES), weights.tolist(), float(bias), scale, shift,
         Flagger.fitted(ratios),
-        {"split": split, "sentences": len(sources), "strategy": decode.strategy.value,
-         "beam_size": decode.beam_size},
+        {"split": split, "sentences": len(sources), "search": search_kind(decode),
+         "strategy": decode.strategy.value, "beam_size": decode.beam_size},
     )  # fmt: skip
     report = {
-        "token_ece_t1": round(eces[TEMPERATURES.index(1.0)], 4),
-        "token_ece_temperature": round(eces[best], 4),
-        "token_ece": round(expected_calibration_error(token_probs, flat_labels), 4),
-        "temperature": temperature,
+        "token_ece_t1": round(expected_calibration_error(log_probs.exp(), flat_labels), 4),
+        # on its own labels the map is exact: this is the error of maps fitted on either half
+        # of the split, each judged on the other
+        "token_ece": round(_held_out_ece(log_probs, flat_labels, [len(r) for r in labels]), 4),
     }
     return Fitted(calibration, report)
+
+
+def _held_out_ece(log_probs: torch.Tensor, labels: torch.Tensor, lengths: list[int]) -> float:
+    """The pieces' ECE under isotonic maps fitted on the pieces of every other sentence (of
+    `lengths` pieces each), judged on the rest, and the other way round: what the map fitted on
+    all of them should give on new sentences."""
+    parity = torch.arange(len(lengths)) % 2 == 0
+    halves = torch.repeat_interleave(parity, torch.tensor(lengths, dtype=torch.long))
+    errors = []
+    for fitted_on in (halves, ~halves):
+        knots, values = isotonic(log_probs[fitted_on], labels[fitted_on])
+        judged = log_probs[~fitted_on].tolist()
+        probs = torch.tensor([isotonic_at(knots, values, x) for x in judged])
+        errors.append(expected_calibration_error(probs, labels[~fitted_on]))
+    return sum(errors) / 2
 
 
 def quality_report(confidences: list[Confidence], translations: list[str], references: list[str],
@@ -297,7 +372,7 @@ def token_eces(translator, sources, translations, references, calibration, tgt_l
         dtype=torch.float,
     )
     raw = torch.cat([rows[:-1, 0] for rows in stats]).exp()
-    tempered = torch.cat([rows[:-1, 1] for rows in stats]).tolist()
+    tempered = torch.cat([rows[:-1, -1] for rows in stats]).tolist()
     calibrated = torch.tensor([calibration.piece_probability(x) for x in tempered])
     return expected_calibration_error(raw, labels), expected_calibration_error(calibrated, labels)
 
@@ -305,47 +380,8 @@ def token_eces(translator, sources, translations, references, calibration, tgt_l
 # --- measures -------------------------------------------------------------------------------------
 
 
-def expected_calibration_error(confidence: torch.Tensor, correct: torch.Tensor) -> float:
-    """ECE over BINS equal-width bins: the mean |accuracy - confidence| of each bin, weighted by
-    its share of the items."""
-    if confidence.numel() == 0:
-        return 0.0
-    bins = (confidence.clamp(0, 1 - 1e-9) * BINS).long()
-    error = 0.0
-    for b in range(BINS):
-        inside = bins == b
-        if inside.any():
-            gap = (correct[inside].mean() - confidence[inside].mean()).abs()
-            error += float(gap) * float(inside.float().mean())
-    return error
-
-
-def spearman(x: list[float], y: list[float]) -> float:
-    """Spearman's rank correlation (ties share their mean rank)."""
-    if len(x) < 2:
-        return 0.0
-    rx, ry = _ranks(x), _ranks(y)
-    rx, ry = rx - rx.mean(), ry - ry.mean()
-    denominator = float(rx.norm() * ry.norm())
-    return float((rx * ry).sum()) / denominator if denominator else 0.0
-
-
 def sentence_chrf(hypothesis: str, reference: str) -> float:
     return CHRF().sentence_score(hypothesis, [reference]).score
-
-
-def _ranks(values: list[float]) -> torch.Tensor:
-    order = sorted(range(len(values)), key=lambda i: values[i])
-    ranks = torch.empty(len(values), dtype=torch.double)
-    k = 0
-    while k < len(order):
-        j = k
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[k]]:
-            j += 1
-        for m in range(k, j + 1):
-            ranks[order[m]] = (k + j) / 2
-        k = j + 1
-    return ranks
 
 
 def _lowest_gap(confidence: list[float], chrf: list[float]) -> float:
@@ -362,27 +398,31 @@ def _lowest_gap(confidence: list[float], chrf: list[float]) -> float:
 
 
 def _statistics(translator, sources, translations, temperatures, tgt_lang, decode):
+    """Each pair's pieces' log-probabilities (EOS included) by teacher forcing, (pieces, K) at
+    each of the K `temperatures` (one: a number), and the pairs as read."""
     decode = decode or translator.decode
     tags = translator.tags
+    temperatures = temperatures if isinstance(temperatures, tuple) else (temperatures,)
     pairs = read_pairs(translator.vocabs, tags.ids(tgt_lang), sources, translations,
                        decode.max_src_pieces, code=tags.forced(tgt_lang))  # fmt: skip
     stats = pairs.statistics(translator.model, decode, translator.device, temperatures,
-                             translator.lexicon)  # fmt: skip
+                             translator.lexicon, entropy=False)  # fmt: skip
     return stats, pairs
 
 
 def _features(
-    logprobs: torch.Tensor, entropy: torch.Tensor, src_pieces: int, length: int
+    logprobs: torch.Tensor, src_pieces: int, length: int, lexical: tuple[float, float]
 ) -> list[float]:
     """FEATURES of one translation: the mean of its pieces' (the EOS included) log-probabilities
-    (TP) and entropies at the calibrated temperature, its source's length and its length
-    (pieces and EOS) over the source's, in pieces (logarithms)."""
+    (TP) at the calibration's temperature, its source's length and its length (pieces and EOS)
+    over the source's, in pieces (logarithms), and its lexical agreement with its source
+    (`nmt.translation.agreement`: precision, recall)."""
     finite = logprobs.clamp(min=-30.0)  # a piece outside a shortlist is -inf
     return [
         float(finite.mean()),
-        float(entropy.mean()),
         math.log(max(src_pieces, 1)),
         math.log(length / max(src_pieces, 1)),
+        *lexical,
     ]
 
 
@@ -414,36 +454,3 @@ def _piece_labels(translator, tgt: list[int], reference: str) -> list[float]:
 def _reference_ids(translator, references: list[str]) -> list[list[int]]:
     texts = [r if r.strip() else "" for r in references]
     return translator.vocabs.tgt.encode(texts) if any(texts) else [[] for _ in texts]
-
-
-def _least_squares(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, float]:
-    """w, b minimising |x w + b - y|^2, with a little ridge so that a constant feature (every
-    source of one length) does not make it singular."""
-    design = torch.cat([x.double(), torch.ones(x.size(0), 1, dtype=torch.double)], 1)
-    ridge = 1e-3 * torch.eye(design.size(1), dtype=torch.double)
-    solution = torch.linalg.solve(design.T @ design + ridge, design.T @ y.double())
-    return solution[:-1].float(), float(solution[-1])
-
-
-def _logistic(x: torch.Tensor, y: torch.Tensor, steps: int = 50) -> tuple[float, float]:
-    """a, b of P(y=1 | x) = sigmoid(a x + b), by Newton's method on the log-likelihood (a small
-    ridge keeps it finite when the classes separate)."""
-    a, b = 0.1, 0.0
-    x, y = x.double(), y.double()
-    for _ in range(steps):
-        p = torch.sigmoid(a * x + b)
-        w = p * (1 - p)
-        grad = torch.stack([((p - y) * x).sum() + 1e-3 * a, (p - y).sum()])
-        xw = float((w * x).sum())
-        hess = torch.tensor(
-            [[float((w * x * x).sum()) + 1e-3, xw], [xw, float(w.sum()) + 1e-9]], dtype=torch.double
-        )
-        step = torch.linalg.solve(hess, grad)
-        a, b = a - float(step[0]), b - float(step[1])
-        if float(step.abs().max()) < 1e-8:
-            break
-    return a, b
-
-
-def _sigmoid(x: float) -> float:
-    return 1 / (1 + math.exp(-x)) if x >= 0 else math.exp(x) / (1 + math.exp(x))

@@ -97,8 +97,8 @@ class Translation:
     # (start, end) indices of `tgt_pieces`, in the order the constraints were given
     constraint_spans: list[tuple[int, int]] = field(default_factory=list)
     failure: str | None = None  # why the search found no translation (None: it found one)
-    # with `Request.statistics`: (pieces, 2), for each of `tgt_pieces` after the forced language
-    # code, its log-probability at the request's temperature and its step's entropy there
+    # with `Request.statistics`: (pieces, 1), for each of `tgt_pieces` after the forced language
+    # code, its log-probability at the request's temperature
     statistics: Tensor | None = None
     warnings: list[str] = field(default_factory=list)  # what its reader should know (`Prepared`)
 

@@ -52,8 +52,8 @@ def beam_search(model: Seq2Seq, batch: SearchBatch) -> list[list[Hypothesis]]:
     scores = torch.zeros((size, 1), device=device)  # (N, W): W rows per sentence, 1 then K
     history = torch.zeros((size, 0), dtype=torch.long, device=device)  # (R, t)
     maps = _Maps() if batch.attention else None  # every step's maps, by back-pointers
-    # (R, t, 2) with batch.statistics: each row's tokens' log-probabilities there and entropies
-    stats = None if batch.statistics is None else torch.zeros((size, 0, 2), device=device)
+    # (R, t, 1) with batch.statistics: each row's tokens' log-probabilities there
+    stats = None if batch.statistics is None else torch.zeros((size, 0, 1), device=device)
     prev = torch.full((size,), BOS, dtype=torch.long, device=device)
     enough = max(cfg.n_best, math.ceil(cfg.patience * k))  # finished hypotheses that end a sentence
     finished = _Finished(batch, enough)
@@ -91,7 +91,7 @@ def beam_search(model: Seq2Seq, batch: SearchBatch) -> list[list[Hypothesis]]:
         rows = top // vocab + torch.arange(live, device=device).unsqueeze(1) * width  # (N, 2K)
         tokens = top % vocab
         is_eos = tokens == EOS
-        # (N, 2K, 2): each candidate's statistics (`StepStatistics`), with batch.statistics
+        # (N, 2K, 1): each candidate's statistics (`StepStatistics`), with batch.statistics
         candidate = None if stats is None or step_stats is None else step_stats.pick(rows, tokens)
 
         # finish: EOS among the first K; at the length limit, all of the first K
@@ -113,7 +113,7 @@ def beam_search(model: Seq2Seq, batch: SearchBatch) -> list[list[Hypothesis]]:
             attn = None
             if here is not None:
                 attn = maps.paths(here, ended_rows)  # (F, t + 1, L, h, S)
-            ended_stats = None  # (F, t + 1, 2)
+            ended_stats = None  # (F, t + 1, 1)
             if candidate is not None:
                 ended_stats = torch.cat([stats[ended_rows], candidate[which, rank, None]], 1)
             finished.add(sentence[which], seqs, top_scores[which, rank], attn, nodes, ended_stats)
@@ -131,9 +131,9 @@ def beam_search(model: Seq2Seq, batch: SearchBatch) -> list[list[Hypothesis]]:
         pick = order[:, :k]  # (N, K)
         parent = rows.gather(1, pick)  # (N, K) rows of this step
         scores, prev = top_scores.gather(1, pick), tokens.gather(1, pick)
-        chosen = None  # (N, K, 2)
+        chosen = None  # (N, K, 1)
         if candidate is not None:
-            chosen = candidate.gather(1, pick.unsqueeze(2).expand(-1, -1, 2))
+            chosen = candidate.gather(1, pick.unsqueeze(2))
         if constraints is not None:  # progress follows the beam like the history
             matched, met = follow(reached, banks, pick)
         if bool(done.any()):  # sentences leave: their per-sentence state goes too
@@ -152,7 +152,7 @@ def beam_search(model: Seq2Seq, batch: SearchBatch) -> list[list[Hypothesis]]:
             recorder.advance(parent, ids, scores.view(-1), t + 1, row_met)
         history = torch.cat([history[parent], prev.unsqueeze(1)], dim=1)
         if stats is not None and chosen is not None:
-            stats = torch.cat([stats[parent], chosen.view(-1, 1, 2)], dim=1)
+            stats = torch.cat([stats[parent], chosen.view(-1, 1, 1)], dim=1)
         if here is not None:
             maps.follow(here, parent)
 
@@ -230,7 +230,7 @@ class _Finished:
     ) -> None:
         """F finished hypotheses: their sentences (F,), tokens (F, t + 1) (vocabulary ids, or
         shortlist columns), scores (F,), attention maps (F, t + 1, L, h, S) or None, tree
-        nodes (F,) or None, and statistics (F, t + 1, 2) or None."""
+        nodes (F,) or None, and statistics (F, t + 1, 1) or None."""
         tokens = (seqs if self.ids is None else self.ids[seqs]).tolist()
         attn = None if attn is None else attn.cpu()
         stats = None if stats is None else stats.cpu()

@@ -32,6 +32,6 @@ class SearchJob:
     # language codes puts it in every text's prefix, so the count is the job's)
     free_prefix: int = 0
     # record, for every piece of every hypothesis, its log-probability with the logits divided
-    # by this temperature and the entropy of that step's distribution at it (what confidence is
-    # read from: `nmt.translation.confidence`); None: not recorded
+    # by this temperature (what confidence is read from: `nmt.translation.confidence`); None:
+    # not recorded
     statistics: float | None = None

@@ -48,8 +48,8 @@ def _single_path(
     scores = torch.zeros(size, device=device)
     lengths = torch.zeros(size, dtype=torch.long, device=device)  # tokens produced, EOS included
     maps: Tensor | None = None  # (B, steps, L, h, S)
-    # (B, steps, 2) with batch.statistics: each token's log-probability there and its entropy
-    stats = None if batch.statistics is None else torch.zeros((size, steps, 2), device=device)
+    # (B, steps, 1) with batch.statistics: each token's log-probability there
+    stats = None if batch.statistics is None else torch.zeros((size, steps, 1), device=device)
     prefix_scores = torch.zeros(size, device=device)
     last_node = torch.zeros(size, dtype=torch.long, device=device)  # (B,) with a recorder
 

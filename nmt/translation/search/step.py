@@ -30,8 +30,8 @@ class Hypothesis:
     attention: Tensor | None  # (steps, L, h, S) on CPU: one row per generated token (EOS incl.)
     prefix_score: float = 0.0  # log-probability of the forced prefix (0 without one)
     node: int | None = None  # its node in the batch's TreeRecorder, when one records
-    # (steps, 2) on CPU with `SearchJob.statistics`: per generated token (EOS incl.), its
-    # log-probability at the job's temperature and the entropy of its step there
+    # (steps, 1) on CPU with `SearchJob.statistics`: per generated token (EOS incl.), its
+    # log-probability at the job's temperature
     statistics: Tensor | None = None
 
 
@@ -47,22 +47,30 @@ class Decoded:
 
 @dataclass
 class StepStatistics:
-    """A step's distributions at `SearchJob.statistics`' temperature, before the step rules, as
-    teacher forcing reads them (`nmt.translation.scoring.piece_statistics`)."""
+    """A step's log-probabilities at `SearchJob.statistics`' temperature, before the step rules,
+    as teacher forcing reads them (`nmt.translation.scoring.piece_statistics`): what a piece's
+    confidence is read from. Kept as the (tempered) logits and each row's log-sum-exp, so that
+    picking a piece's log-probability is a subtraction: at temperature 1 the log-sum-exp is read
+    off the search's own log-softmax (no pass over the vocabulary: measured on a GRU's greedy
+    steps, the statistics then cost nothing beside the step), at another one it is one."""
 
-    log_probs: Tensor  # (R, V) or (R, C)
-    entropy: Tensor  # (R,) in nats
+    tempered: Tensor  # (R, V) or (R, C): the logits over the temperature
+    normalizer: Tensor  # (R,): their log-sum-exp, so a piece's log-probability is z - normalizer
 
     @classmethod
-    def of(cls, logits: Tensor, temperature: float) -> StepStatistics:
-        """From a step's logits (R, V) (masked outside a shortlist). Their own softmax, not the
-        search's: the step rules change that one in place."""
-        tempered = torch.log_softmax(logits.float() / temperature, dim=-1)
-        return cls(tempered, torch.special.entr(tempered.exp()).sum(-1))
+    def of(cls, logits: Tensor, log_probs: Tensor, temperature: float) -> StepStatistics:
+        """From a step's logits (R, V) (masked outside a shortlist, where the first columns, the
+        specials, are always allowed) and their log-softmax `log_probs` before the step rules,
+        which change it in place after."""
+        z = logits.float()
+        if temperature == 1.0:
+            return cls(z, z[:, 0] - log_probs[:, 0])
+        z = z * (1.0 / temperature)
+        return cls(z, torch.logsumexp(z, dim=-1))
 
     def pick(self, rows: Tensor, tokens: Tensor) -> Tensor:
-        """(..., 2): the log-probability of tokens[...] on rows[...] and that row's entropy."""
-        return torch.stack([self.log_probs[rows, tokens], self.entropy[rows]], dim=-1)
+        """(..., 1): the log-probability of tokens[...] on rows[...]."""
+        return (self.tempered[rows, tokens] - self.normalizer[rows]).unsqueeze(-1)
 
 
 def next_log_probs(model: Seq2Seq, prev: Tensor, state, batch: SearchBatch, step: Step):
@@ -79,7 +87,7 @@ def next_log_probs(model: Seq2Seq, prev: Tensor, state, batch: SearchBatch, step
     log_probs = torch.log_softmax(logits.float(), dim=-1)  # fp32 whatever the autocast
     stats = None
     if batch.statistics is not None:
-        stats = StepStatistics.of(logits, batch.statistics)
+        stats = StepStatistics.of(logits, log_probs, batch.statistics)
     return batch.rules(log_probs, step), weights, state, stats
 
 
