@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from nmt.translation.translator import Translation, Translator
 
 # measured (docs/documents.md): the first layer read both ways puts the tagged word's translation
@@ -87,24 +89,27 @@ def word_alignment(
     layers, heads = maps.size(1), maps.size(2)
     index = None if layer is None else max(-layers, min(layer, layers - 1))
     head = None if head is None else max(-heads, min(head, heads - 1))
-    weights = translation.attention(index, head)  # (T, S)
+    # (T, S) as numpy: a sentence's few small operations cost a tenth of torch's there
+    weights = translation.attention(index, head).float().numpy()
     src_words = len(translation.source.split())
     tgt_words = len(translation.text.split())
     if not src_words or not tgt_words:
         return []
     src = piece_words(translation.src_pieces, skip_source, src_words)
     tgt = piece_words(translation.tgt_pieces, 0, tgt_words)
-    steps = weights.size(0)
+    steps = weights.shape[0]
     rows = [t + 1 if shift and t + 1 < steps else t for t in range(len(tgt))]
     read = weights[rows]  # (T, S): each target piece's row
     keep_src = [k for k, s in enumerate(src) if s >= 0]
     keep_tgt = [k for k, w in enumerate(tgt) if w >= 0]
     if not keep_src or not keep_tgt:
         return []
-    sub = read[keep_tgt][:, keep_src]  # (T', S')
-    pairs = {(src[keep_src[int(s)]], tgt[keep_tgt[t]]) for t, s in enumerate(sub.argmax(1))}
+    sub = read[np.ix_(keep_tgt, keep_src)]  # (T', S')
+    pairs = {(src[keep_src[s]], tgt[keep_tgt[t]]) for t, s in enumerate(sub.argmax(1).tolist())}
     if both:
-        pairs |= {(src[keep_src[s]], tgt[keep_tgt[int(t)]]) for s, t in enumerate(sub.argmax(0))}
+        pairs |= {
+            (src[keep_src[s]], tgt[keep_tgt[t]]) for s, t in enumerate(sub.argmax(0).tolist())
+        }
     return sorted(pairs)
 
 
