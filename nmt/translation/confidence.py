@@ -229,8 +229,8 @@ def combine(parts: list[Confidence]) -> Confidence:
 
 def search_kind(decode: DecodeConfig) -> str:
     """Which of a checkpoint's calibrations serves `decode`: "beam", or "greedy" (sampling
-    too). A calibration belongs to the search it was fitted on: beam search's outputs are more
-    probable under the model than greedy ones, and as often right."""
+    too). A calibration belongs to the search it was fitted on: how often a piece of a given
+    probability is right differs between the two kinds' outputs (docs/confidence.md)."""
     return "beam" if decode.strategy == Strategy.beam else "greedy"
 
 
