@@ -12,7 +12,7 @@ import torch
 from starlette.testclient import TestClient
 
 from nmt.cli import main as cli
-from nmt.config import SHORTLIST_MAX, Strategy
+from nmt.config import SHORTLIST_MAX, DecodeConfig, Strategy
 from nmt.data.splits import read_lines
 from nmt.lexicon import Lexicon
 from nmt.run_config import ServeRunConfig
@@ -28,6 +28,7 @@ from nmt.translation.confidence import (
     expected_calibration_error,
     judge_all,
     measure,
+    search_kind,
     spearman,
     token_eces,
 )  # fmt: skip
@@ -44,10 +45,10 @@ def ckpt(train_small):
 
 def test_the_run_stores_a_calibration_that_lowers_the_pieces_ece_on_test(ckpt, demo_dir):
     translator = Translator.from_checkpoint(ckpt, device="cpu")
-    calibration = Calibration.load(ckpt, translator.decode)  # greedy's
+    calibration = Calibration.load(ckpt, search_kind(translator.decode))  # greedy's
     assert calibration is not None and calibration.fitted["split"] == "valid"
     assert calibration.fitted["search"] == "greedy"
-    beam = Calibration.load(ckpt, replace(translator.decode, strategy=Strategy.beam))
+    beam = Calibration.load(ckpt, "beam")
     assert beam is not None and beam.fitted["search"] == "beam" and beam != calibration
     src = read_lines(demo_dir / "test.de")
     ref = read_lines(demo_dir / "test.en")
@@ -108,9 +109,7 @@ def test_confidence_read_off_the_search_is_the_teacher_forced_one(ckpt, demo_dir
                                                                    temperature):  # fmt: skip
     """What every surface shows (`judge`, from the search's own steps) is what `measure`
     computes by teacher forcing the same pieces: the search's statistics follow its beam."""
-    calibration = Calibration.load(
-        ckpt, replace(Translator.from_checkpoint(ckpt).decode, **settings)
-    )
+    calibration = Calibration.load(ckpt, search_kind(DecodeConfig(**settings)))
     if temperature is not None:
         calibration = replace(calibration, temperature=temperature)
     translator = Translator.from_checkpoint(ckpt, device="cpu")
@@ -240,6 +239,16 @@ def test_the_http_answer_carries_confidence_when_asked(ckpt):
         bad = c.post("/translate", json={"text": "a", "confidence": "yes"})
         assert bad.status_code == 422
         assert '"confidence" must be true or false' in bad.json()["error"]
+    # a server whose default lists alternatives holds a calibration for each kind of search, and
+    # a request for the other kind is judged with that kind's
+    beam3 = DecodeConfig(strategy=Strategy.beam, n_best=3)
+    with TestClient(load_app(ServeRunConfig(ckpt=str(ckpt), device="cpu", decode=beam3))) as c:
+        for strategy in ("beam", "greedy"):
+            body = {"text": "Ich sehe rote Äpfel.", "confidence": True,
+                    "decode": {"strategy": strategy, "n_best": 1}}  # fmt: skip
+            answer = c.post("/translate", json=body)
+            assert answer.status_code == 200, answer.text
+            assert 0 <= answer.json()["translations"][0]["confidence"]["sentence"] <= 1
 
 
 def test_lexical_agreement_ranks_added_and_dropped_words():

@@ -33,6 +33,7 @@ from nmt.translation.confidence import (
     fit,
     measure,
     quality_report,
+    search_kind,
     token_eces,
 )  # fmt: skip
 from nmt.translation.translator import Translator
@@ -196,7 +197,7 @@ def _evaluate(
 def _confidence(cfg, ckpt, translator, sources, hypotheses, references, tgt_lang) -> dict:
     """confidence=true: the split's translations judged (`nmt.translation.confidence`), with the
     checkpoint's calibration, fitted first on the valid split when it has none."""
-    calibration = Calibration.load(ckpt.path, translator.decode)
+    calibration = Calibration.load(ckpt.path, search_kind(translator.decode))
     if calibration is None:
         valid = read_split(cfg.data or ckpt.config.data, Split.valid)
         log.info("fitting the confidence calibration on the valid split (%d sentences)",

@@ -47,7 +47,7 @@ from nmt.documents.texts import translate_texts
 from nmt.errors import NMTError
 from nmt.run_config import TranslateRunConfig, flatten
 from nmt.translation.attention_map import format_attention, save_heatmap
-from nmt.translation.confidence import Calibration, for_checkpoint
+from nmt.translation.confidence import Calibration, for_checkpoint, search_kind
 from nmt.translation.phrases import constraint_ids
 from nmt.translation.request import Request
 from nmt.translation.rerank import Reranker
@@ -501,7 +501,7 @@ def translate_main(cfg: TranslateRunConfig) -> None:
         repl(translator, cfg)
         return
     reranker = Reranker.from_command(cfg, translator) if cfg.rerank else None
-    calibration = for_checkpoint(cfg.ckpts[0], cfg.decode) if cfg.confidence else None
+    calibration = for_checkpoint(cfg.ckpts[0], search_kind(cfg.decode)) if cfg.confidence else None
     fmt = LineFormat(cfg.nbest_tsv, cfg.prefix_tsv, cfg.constraints_tsv, cfg.tgt_lang, cfg,
                      calibration, cfg.retry_flagged)  # fmt: skip
     if job:

@@ -64,6 +64,7 @@ from nmt.serving.protocol import (
 )
 from nmt.serving.score import parse_score_request, score_costs, scored_json
 from nmt.translation.confidence import (
+    SEARCH_KINDS,
     Calibration,
     Confidence,
     for_checkpoint,
@@ -255,12 +256,7 @@ def create_app(translator: Translator, cfg: ServeRunConfig, info: dict) -> Starl
     info = {**info, "limits": limits}
     maps = map_size(translator)  # what a request's attention maps cost grows with
     # the checkpoint's calibration for each kind of search a request may ask for
-    calibrations = {
-        search_kind(d): for_checkpoint(cfg.ckpts[0], d)
-        for d in (
-            dataclasses.replace(cfg.decode, strategy=s) for s in (Strategy.beam, Strategy.greedy)
-        )
-    }
+    calibrations = {kind: for_checkpoint(cfg.ckpts[0], kind) for kind in SEARCH_KINDS}
 
     async def translate(request: Request) -> Response:
         asked = parse_request(await read_body(request, body_limit), cfg)

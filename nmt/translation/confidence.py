@@ -1,6 +1,6 @@
 """Which translations to trust: calibrated confidence per piece, per word and per sentence.
 
-    calibration = Calibration.load(ckpt_dir, decode) or fit(translator, src, ref).calibration
+    calibration = Calibration.load(ckpt_dir, "beam") or fit(translator, src, ref).calibration
     found = measure(translator, sources, translations, calibration)
     found[0].sentence   # 0.83: the probability that the translation is good (below)
     found[0].words      # each whitespace word's probability, from its pieces'
@@ -38,7 +38,7 @@ import json
 import logging
 import math
 import os
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -100,10 +100,10 @@ class Calibration:
         os.replace(tmp, path)  # a reader sees the whole file or none
 
     @classmethod
-    def load(cls, directory: Path, decode: DecodeConfig) -> Calibration | None:
-        """The calibration a checkpoint directory holds for `decode`'s kind of search; None
-        where it has none (or one fitted on other features, by an older nmt)."""
-        data = _read_fits(Path(directory) / CALIBRATION_FILE).get(search_kind(decode))
+    def load(cls, directory: Path, kind: str) -> Calibration | None:
+        """The calibration a checkpoint directory holds for a kind of search (`search_kind`);
+        None where it has none (or one fitted on other features, by an older nmt)."""
+        data = _read_fits(Path(directory) / CALIBRATION_FILE).get(kind)
         if data is None:
             return None
         data["flags"] = Flagger(**data.get("flags", {}))
@@ -227,6 +227,9 @@ def combine(parts: list[Confidence]) -> Confidence:
                       weakest.features)  # fmt: skip
 
 
+SEARCH_KINDS = ("beam", "greedy")
+
+
 def search_kind(decode: DecodeConfig) -> str:
     """Which of a checkpoint's calibrations serves `decode`: "beam", or "greedy" (sampling
     too). A calibration belongs to the search it was fitted on: how often a piece of a given
@@ -234,19 +237,18 @@ def search_kind(decode: DecodeConfig) -> str:
     return "beam" if decode.strategy == Strategy.beam else "greedy"
 
 
-def for_checkpoint(path: Path | str, decode: DecodeConfig) -> Calibration:
-    """The calibration stored with a checkpoint for `decode`'s kind of search; else the one for
-    the other kind, or the uncalibrated reading, with a warning."""
-    found = Calibration.load(Path(path), decode)
+def for_checkpoint(path: Path | str, kind: str) -> Calibration:
+    """The calibration stored with a checkpoint for a kind of search (`search_kind`); else the
+    one for the other kind, or the uncalibrated reading, with a warning."""
+    found = Calibration.load(Path(path), kind)
     if found is not None:
         return found
-    kind = search_kind(decode)
-    other = replace(decode, strategy=Strategy.greedy if kind == "beam" else Strategy.beam)
+    other = "greedy" if kind == "beam" else "beam"
     found = Calibration.load(Path(path), other)
     how = f"nmt-evaluate ckpt={path} decode={kind} confidence=true fits one"
     if found is not None:
         log.warning("%s has no confidence calibration for %s search, only for %s: it serves "
-                    "(%s)", path, kind, search_kind(other), how)  # fmt: skip
+                    "(%s)", path, kind, other, how)  # fmt: skip
         return found
     log.warning("%s has no %s: confidence is uncalibrated (%s)", path, CALIBRATION_FILE, how)
     return Calibration()
