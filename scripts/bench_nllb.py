@@ -15,7 +15,8 @@ Each runner translates the first --sentences lines of --src from deu_Latn into e
 by length in batches of --batch-size, with greedy search and beam search (--beam-size), at most
 --max-len target pieces: nmt's `Translator` (fp32, and decode.precision=int8) and a
 `ctranslate2.Translator` (--ct2-types, int8 by default, on each of --ct2-threads: 1 and 2) with
-the source code first and the target code as the target prefix. Random weights seldom end a
+the source code first and the target code as the target prefix; with --hf, Hugging Face
+`generate` on the twin itself (fp32, forced_bos_token_id). Random weights seldom end a
 sentence, so nearly every output runs to the limit: the work per sentence is the same in every
 runner, and pieces/s is the fairer figure. Every
 runner is a process of its own (CTranslate2's OpenMP runtime slows torch's kernels in a process
@@ -84,10 +85,54 @@ def ct2_runner(spec: dict, texts: list[str]):
     return run
 
 
+def hf_runner(spec: dict, texts: list[str]):
+    """Hugging Face `generate` on the twin itself (fp32), what users of an imported model run
+    today: the same sources, batches, code first and forced target code, greedy or beam search
+    with the same limit; the pieces are the twin's ids, read through its tokenizer.json as
+    `convert_ct2` reads them (the twin has no tokenizer files AutoTokenizer would load)."""
+    import sentencepiece as spm
+    import torch
+    from transformers import AutoModelForSeq2SeqLM
+
+    torch.set_num_threads(spec["threads"])
+    twin = Path(spec["twin"])
+    model = AutoModelForSeq2SeqLM.from_pretrained(twin).eval()
+    table = json.loads((twin / "tokenizer.json").read_text("utf-8"))
+    vocab = dict(table["model"]["vocab"]) | {t["content"]: t["id"] for t in table["added_tokens"]}
+    sp = spm.SentencePieceProcessor(model_file=str(twin / "sentencepiece.bpe.model"))
+    pad, eos = vocab["<pad>"], vocab["</s>"]
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+
+    def run() -> int:
+        pieces = 0
+        for k in range(0, len(order), spec["batch_size"]):
+            rows = [
+                [vocab[SRC]]
+                + [vocab.get(p, vocab["<unk>"]) for p in sp.Encode(texts[i], out_type=str)]
+                + [eos]
+                for i in order[k : k + spec["batch_size"]]
+            ]
+            width = max(len(r) for r in rows)
+            ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows])
+            with torch.inference_mode():
+                out = model.generate(
+                    input_ids=ids, attention_mask=ids != pad, forced_bos_token_id=vocab[TGT],
+                    num_beams=spec["beam"], do_sample=False, max_new_tokens=spec["max_len"] + 1,
+                    length_penalty=1.0, early_stopping=True,
+                )  # fmt: skip
+            # after the decoder start and the forced code: the pieces generated, up to </s>
+            for row in out[:, 2:].tolist():
+                pieces += next((n for n, i in enumerate(row) if i in (eos, pad)), len(row))
+        return pieces
+
+    return run
+
+
 def child(spec: dict) -> None:
     """--run: one runner in this process; its medians as JSON on the last line."""
     texts = Path(spec["src"]).read_text("utf-8").splitlines()[: spec["sentences"]]
-    run = (nmt_runner if spec["engine"] == "nmt" else ct2_runner)(spec, texts)
+    runner = {"nmt": nmt_runner, "ct2": ct2_runner, "hf": hf_runner}[spec["engine"]]
+    run = runner(spec, texts)
     run()  # warm-up
     seconds, pieces = [], 0
     for _ in range(spec["repeats"]):
@@ -153,6 +198,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--ct2-threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--ct2-types", nargs="+", default=["int8"], help="compute types")
+    parser.add_argument("--hf", action="store_true", help="time Hugging Face generate too")
+    parser.add_argument("--only", nargs="+", help="run only these runners (names as printed)")
     args = parser.parse_args()
     work = args.work
     twin, whole, trimmed, ct2 = (work / n for n in ("twin", "nmt", "nmt_trimmed", "ct2"))
@@ -185,10 +232,14 @@ def main() -> None:
         for precision in ("fp32", "int8"):
             runners.append((f"{name}_{precision}", {"engine": "nmt", "model": str(model),
                             "precision": precision, "threads": args.threads}))  # fmt: skip
+    if args.hf:
+        runners.append(("hf_generate_fp32", {"engine": "hf", "threads": args.threads}))
     for threads in args.ct2_threads:
         for precision in args.ct2_types:
             runners.append((f"ct2_{precision}_{threads}t", {"engine": "ct2", "model": str(ct2),
                             "precision": precision, "threads": threads}))  # fmt: skip
+    if args.only:
+        runners = [(name, spec) for name, spec in runners if name in args.only]
     result: dict = {"pieces_kept": pieces, "settings": base}
     for search, beam in (("greedy", 1), ("beam", args.beam_size)):
         rows = {}
