@@ -117,10 +117,11 @@ def hf_runner(spec: dict, texts: list[str]):
             with torch.inference_mode():
                 out = model.generate(
                     input_ids=ids, attention_mask=ids != pad, forced_bos_token_id=vocab[TGT],
-                    num_beams=spec["beam"], do_sample=False, max_new_tokens=spec["max_len"] + 1,
-                    length_penalty=1.0, early_stopping=True,
+                    num_beams=spec["beam"], do_sample=False, max_new_tokens=spec["max_len"],
+                    length_penalty=1.0, early_stopping=spec["beam"] > 1 or None,
                 )  # fmt: skip
             # after the decoder start and the forced code: the pieces generated, up to </s>
+            # (the limit counts the code, as nmt's and CTranslate2's do)
             for row in out[:, 2:].tolist():
                 pieces += next((n for n, i in enumerate(row) if i in (eos, pad)), len(row))
         return pieces
