@@ -8,6 +8,7 @@ import pytest
 from nmt.cli import compose
 from nmt.cli import main as cli
 from nmt.config import DecodeConfig, RNNConfig, TransformerConfig
+from nmt.errors import NMTError
 from nmt.models import build_model
 from nmt.run_config import TrainRunConfig
 
@@ -227,3 +228,12 @@ def test_cuda_graphs_without_fixed_shapes_are_refused(tmp_path, capsys):
 def test_cuda_graphs_compose_with_fixed_shapes_and_single_batch_updates():
     cfg = cli.compose_config("train", [*GRAPHS, "train.length_step=8"]).train
     assert cfg.cuda_graphs and cfg.compile and cfg.length_step == 8 and cfg.accum_steps == 1
+
+
+def test_a_key_of_a_group_no_option_chose_names_the_options():
+    """nmt-evaluate reads its checkpoint's data config unless data=NAME is given: setting one of
+    its keys alone is refused by name, with the options, not with OmegaConf's 'NoneType'."""
+    with pytest.raises(NMTError, match=r"data\.local_dir: .*data=NAME \(.*multi30k.*\)"):
+        cli.compose_config("evaluate", ["ckpt=runs/x", "data.local_dir=corpus"])
+    cfg = cli.compose_config("evaluate", ["ckpt=runs/x", "data=multi30k", "data.local_dir=corpus"])
+    assert cfg.data.local_dir == "corpus"

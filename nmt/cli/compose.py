@@ -163,6 +163,7 @@ def composed(name: str, overrides: list[str], extra_dir: str | None, prefix: str
     from omegaconf import OmegaConf
 
     brought, dirs = checkpoint_options(name, overrides)
+    _check_unchosen_groups(name, [*brought, *overrides])
     try:
         cfg = compose(
             config_name=name, overrides=[*brought, *overrides, *search_path(extra_dir, *dirs)]
@@ -174,6 +175,23 @@ def composed(name: str, overrides: list[str], extra_dir: str | None, prefix: str
         raise NMTError(f"{prefix}{err}") from err
     except Exception as err:  # Hydra/OmegaConf composition errors
         raise NMTError(f"config: {prefix}{explain(err)}") from err
+
+
+def _check_unchosen_groups(name: str, overrides: list[str]) -> None:
+    """A key set in a group that no option chose (nmt-evaluate's data is null: the checkpoint's
+    is read) fails naming the group's options, not with OmegaConf's "Unexpected type for root:
+    NoneType"."""
+    given = {_key(o) for o in overrides}
+    for group, (default, options) in config_groups(name).items():
+        if default is not None or group in given:
+            continue
+        keys = sorted(k for k in given if k.startswith(f"{group}."))
+        if keys:
+            raise NMTError(
+                f"{keys[0]}: no {group} config is chosen here ({name}'s {group} is its "
+                f"checkpoint's): choose one first, {group}=NAME ({', '.join(options)}), then "
+                f"change its keys"
+            )
 
 
 def compose_config(name: str, overrides: list[str], config_dir: str | None = None) -> object:
