@@ -545,3 +545,32 @@ def test_document_mode_translates_paragraphs_renders_markup_and_links_aligned_wo
         page.locator("#source").fill(SENTENCE)
         expect(page.locator("#confidence")).to_contain_text("Confidence", timeout=20_000)
         assert not errors, errors
+
+
+def test_a_model_with_language_codes_has_a_from_menu(tmp_path, demo_dir):
+    """An NLLB-shaped import (tests/test_m2m100_import.py's, built by transformers): the page
+    offers its codes in a "From" menu beside "Into", and each choice translates as a request
+    with that "src_lang" does; a model without codes shows no menu (the other tests' pages)."""
+    from playwright.sync_api import expect
+    from test_m2m100_import import write_m2m100
+
+    from nmt.pretrained.importer import import_model
+
+    ours = import_model(str(write_m2m100(tmp_path / "hf", demo_dir)), tmp_path / "nmt")
+    text = (demo_dir / "test.de").read_text("utf-8").splitlines()[0]
+    with serving(ours, tmp_path / "server.log", "decode=beam") as url:
+        codes = info(url)["source_codes"]
+        assert "fra_Latn" in codes
+        with browser_page(url, 700) as (page, errors):
+            expect(page.locator("#src-lang-control")).to_be_visible(timeout=20_000)
+            options = page.locator("#src-lang option")
+            assert [options.nth(k).get_attribute("value") for k in range(options.count())] == codes
+            page.locator("#source").fill(text)
+            shown = []
+            for code in ("deu_Latn", "fra_Latn"):
+                page.select_option("#src-lang", code)
+                want = api(url, {"text": text, "src_lang": code, "attention": True})["text"]
+                expect(page.locator("#target")).to_have_text(want, timeout=20_000)
+                shown.append(want)
+            assert shown[0] != shown[1]  # the code is read
+            assert not errors

@@ -77,6 +77,13 @@ def test_info_lists_the_target_languages(client, plain):
     assert info["target_languages"] == ["aa"]  # no tags: its data.tgt_lang alone
     assert info["languages"] == {"source": "xx", "target": "aa"}
     assert info["source_languages"] == ["xx"]
+    assert info["source_codes"] == []  # it reads no language code: a request names none
+
+
+def test_src_lang_is_refused_by_a_model_that_reads_no_code(client):
+    answer = client.post("/translate", json={"text": "a b", "tgt_lang": "aa", "src_lang": "xx"})
+    assert answer.status_code == 422
+    assert "src_lang='xx': this model reads no language code" in answer.json()["error"]
 
 
 def test_info_lists_every_source_of_a_many_to_one_model(toy, tmp_path):

@@ -394,7 +394,7 @@ class CT2Translator:
         are refused (`check_supported`), as is a setting CTranslate2 cannot honour
         (`decode_options`)."""
         check_supported(request, "CTranslate2 export", rules=("no_repeat_ngram",))
-        prepared = prepare(request, self.vocabs, self.tags.ids(request.tgt_lang))
+        prepared = prepare(request, self.vocabs, self.tags.ids(request.tgt_lang, request.src_lang))
         live = [text for text in prepared.texts if text.src]
         pieces = [self.src_vocab.id_to_piece(t.src[:-1]) for t in live]  # CT2 adds the EOS
         forced = [self.tgt_vocab.id_to_piece(t.prefix) for t in live]

@@ -143,7 +143,7 @@ class ExportedTranslator:
         )
         check_supported(request, "exported graphs' greedy loop")
         check_greedy(request.settings)
-        prepared = prepare(request, self.vocabs, self.tags.ids(tgt_lang))
+        prepared = prepare(request, self.vocabs, self.tags.ids(tgt_lang, request.src_lang))
         live = [text for text in prepared.texts if text.src]
         decoded = self.greedy([t.src for t in live], prepared.settings, [t.prefix for t in live])
         outputs = iter(self.tgt_vocab.decode([d.tokens for d in decoded]) if decoded else [])

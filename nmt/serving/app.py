@@ -88,6 +88,7 @@ class Item:
     raw: bool = False  # answered as its Translation (a sentence of a text put back together)
     confidence: bool = False  # with its confidence (nmt.translation.confidence)
     tgt_lang: str | None = None  # its request's target language (a model with target tags)
+    src_lang: str | None = None  # its request's source language (a model with language codes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,10 +123,11 @@ def decode_batch(
     results = translator.run(batch)
     judged: list[Confidence | None] = [None] * len(items)
     if judging:
-        for lang in {item.tgt_lang for item in items}:  # a blank text's: one pass per language
+        # a blank text's: one pass per pair of languages
+        for langs in {(item.tgt_lang, item.src_lang) for item in items}:
             done = [i for i, t in enumerate(results) if t.failure is None
-                    and items[i].tgt_lang == lang]  # fmt: skip
-            found = judge_all(translator, [results[i] for i in done], calibration, lang)
+                    and (items[i].tgt_lang, items[i].src_lang) == langs]  # fmt: skip
+            found = judge_all(translator, [results[i] for i in done], calibration, *langs)
             for i, c in zip(done, found):
                 judged[i] = c
     out: list[bytes | Translation | Failed | tuple] = []
@@ -200,7 +202,8 @@ def plan_texts(translator: Translator, asked: Asked) -> TextPlan | None:
         return None
     options, call = asked.options, asked.request
     blocks = [read_block(text.strip(), options.format, options) for text in call.texts]
-    plan = plan_blocks(blocks, translator.source_language, options, translator.sentence_starts)
+    language = call.src_lang or translator.source_language  # the sentences' rules
+    plan = plan_blocks(blocks, language, options, translator.sentence_starts)
     if plan.simple():
         return None
     attention = call.attention or any(plan.aligned)  # an alignment is read off the maps
@@ -277,7 +280,8 @@ def create_app(translator: Translator, cfg: ServeRunConfig, info: dict) -> Starl
             prepared, costs = await run_in_threadpool(check_request, *check)
         raw = plan is not None
         items = [
-            Item(text, prepared, raw, asked.confidence, call.tgt_lang) for text in prepared.texts
+            Item(text, prepared, raw, asked.confidence, call.tgt_lang, call.src_lang)
+            for text in prepared.texts
         ]
         try:
             key = batch_key(prepared, next(counter), asked.confidence)

@@ -34,7 +34,8 @@ from nmt.translation.translator import WARM_UP_TEXT, Translation, Translator
 
 REQUEST_KEYS = (
     "alignments", "attention", "banned", "beam_tree", "confidence", "constraints", "decode",
-    "format", "prefix", "prefixes", "protect", "split_sentences", "text", "texts", "tgt_lang",
+    "format", "prefix", "prefixes", "protect", "split_sentences", "src_lang", "text", "texts",
+    "tgt_lang",
 )  # fmt: skip
 # what a request may change; batch_size, max_len_cap and max_src_pieces are the server's limits
 DECODE_KEYS = (
@@ -138,6 +139,7 @@ def parse_request(body: bytes, cfg: ServeRunConfig) -> Asked:
     constraints = _constraints(data, len(texts))
     banned = _banned(data)
     tgt_lang = read_tgt_lang(data)
+    src_lang = read_tgt_lang(data, "src_lang")
     given = data.get("decode")
     decode_prefix = given.get("prefix") if isinstance(given, dict) else None
     # every character the request makes the server read: texts, prefixes, phrases, names
@@ -145,7 +147,7 @@ def parse_request(body: bytes, cfg: ServeRunConfig) -> Asked:
     chars += sum(len(p) for phrases in constraints or [] for p in phrases)
     chars += sum(len(p) for p in banned)
     chars += len(decode_prefix) if isinstance(decode_prefix, str) else 0
-    chars += len(tgt_lang or "")  # an unknown one is echoed in the 422
+    chars += len(tgt_lang or "") + len(src_lang or "")  # an unknown one is echoed in the 422
     if chars > cfg.max_chars:
         raise BadRequest(413, f"{chars} characters: this server takes at most {cfg.max_chars}")
     if not any(clean(t) for t in texts):
@@ -160,7 +162,7 @@ def parse_request(body: bytes, cfg: ServeRunConfig) -> Asked:
     try:
         request = Request(
             texts, decode, prefixes, banned, constraints, tgt_lang, flags["attention"],
-            flags["beam_tree"], noun="text",
+            flags["beam_tree"], noun="text", src_lang=src_lang,
         )  # fmt: skip
     except NMTError as err:
         raise BadRequest(422, str(err)) from None
@@ -210,13 +212,14 @@ def text_options(data: dict, cfg: ServeRunConfig, columns: bool) -> TextOptions 
                        list(cfg.protect_patterns))  # fmt: skip
 
 
-def read_tgt_lang(data: dict) -> str | None:
-    """The request's "tgt_lang" (a string), None when it gives none. Whether the model takes it
-    is the Translator's to say (`target_tag`), once the request is read."""
-    tgt_lang = data.get("tgt_lang")
-    if tgt_lang is not None and not isinstance(tgt_lang, str):
-        raise BadRequest(422, f'"tgt_lang" must be a string, not {_kind(tgt_lang)}')
-    return tgt_lang
+def read_tgt_lang(data: dict, key: str = "tgt_lang") -> str | None:
+    """The request's "tgt_lang" (or `key`: "src_lang"; a string), None when it gives none.
+    Whether the model takes it is the Translator's to say (`target_tag`, `Translator.prepare`),
+    once the request is read."""
+    lang = data.get(key)
+    if lang is not None and not isinstance(lang, str):
+        raise BadRequest(422, f'"{key}" must be a string, not {_kind(lang)}')
+    return lang
 
 
 def target_tag(translator: Translator, tgt_lang: str | None) -> tuple[int, ...]:
@@ -622,6 +625,9 @@ def describe_model(translator: Translator, run: TrainRunConfig, payload: dict) -
         # the "tgt_lang" values a request may give (TargetTags.languages): a model trained with
         # target tags lists each tagged language, one without lists its data.tgt_lang alone
         "target_languages": translator.tags.languages,
+        # the "src_lang" values a request may give: a model with language codes (an NLLB-200,
+        # M2M-100 or mBART-50 import) lists them; the others take none
+        "source_codes": translator.tags.source_codes,
         # the languages it was trained to read: several for a many-to-one model, no tag needed
         "source_languages": run.data.source_languages(),
         "data": run.data.name,

@@ -140,10 +140,12 @@ def measure(
     calibration: Calibration,
     tgt_lang: str | None = None,
     decode: DecodeConfig | None = None,
+    src_lang: str | None = None,
 ) -> list[Confidence]:
-    """Each translation's confidence (see the module's notes); N pairs in, N out."""
+    """Each translation's confidence (see the module's notes); N pairs in, N out. `src_lang`:
+    the sources' language, where the model reads a code for it (else the translator's)."""
     stats, pairs = _statistics(translator, sources, translations, (calibration.temperature,),
-                               tgt_lang, decode)  # fmt: skip
+                               tgt_lang, decode, src_lang)  # fmt: skip
     agreed = agreement(translator.lexicon, pairs.src, pairs.tgt)
     return [
         _judged(calibration, source, text, len(src), translator.vocabs.tgt.id_to_piece(
@@ -172,11 +174,16 @@ def judge(
     )  # fmt: skip
 
 
-def judge_all(translator, translations: list, calibration: Calibration,
-              tgt_lang: str | None = None) -> list[Confidence]:  # fmt: skip
+def judge_all(
+    translator,
+    translations: list,
+    calibration: Calibration,
+    tgt_lang: str | None = None,
+    src_lang: str | None = None,
+) -> list[Confidence]:
     """Each `Translation`'s confidence: read off its search where it carries the statistics
     (`judge`), by one teacher-forced pass over the others (`measure`: a blank source's, which
-    no search ran for)."""
+    no search ran for; `tgt_lang` and `src_lang` as the translations were asked)."""
     agreed = iter(_agreement_of(translator, [t for t in translations if t.statistics is not None]))
     out: list[Confidence | None] = [
         None if t.statistics is None else judge(t, calibration, next(agreed)) for t in translations
@@ -184,7 +191,8 @@ def judge_all(translator, translations: list, calibration: Calibration,
     rest = [i for i, c in enumerate(out) if c is None]
     if rest:
         found = measure(translator, [translations[i].source for i in rest],
-                        [translations[i].text for i in rest], calibration, tgt_lang)  # fmt: skip
+                        [translations[i].text for i in rest], calibration, tgt_lang,
+                        src_lang=src_lang)  # fmt: skip
         for i, c in zip(rest, found):
             out[i] = c
     return out  # type: ignore[return-value]
@@ -399,13 +407,14 @@ def _lowest_gap(confidence: list[float], chrf: list[float]) -> float:
 # --- pieces, words and features -------------------------------------------------------------------
 
 
-def _statistics(translator, sources, translations, temperatures, tgt_lang, decode):
+def _statistics(translator, sources, translations, temperatures, tgt_lang, decode,
+                src_lang=None):  # fmt: skip
     """Each pair's pieces' log-probabilities (EOS included) by teacher forcing, (pieces, K) at
     each of the K `temperatures` (one: a number), and the pairs as read."""
     decode = decode or translator.decode
     tags = translator.tags
     temperatures = temperatures if isinstance(temperatures, tuple) else (temperatures,)
-    pairs = read_pairs(translator.vocabs, tags.ids(tgt_lang), sources, translations,
+    pairs = read_pairs(translator.vocabs, tags.ids(tgt_lang, src_lang), sources, translations,
                        decode.max_src_pieces, code=tags.forced(tgt_lang))  # fmt: skip
     stats = pairs.statistics(translator.model, decode, translator.device, temperatures,
                              translator.lexicon, entropy=False)  # fmt: skip

@@ -211,14 +211,25 @@ class TargetTags:
         """The target languages (the tgt_lang values a translation takes)."""
         return list(self.tags)
 
-    def ids(self, tgt_lang: str | None) -> list[int]:
+    @property
+    def source_codes(self) -> list[str]:
+        """The src_lang values a call may give (a model with codes: its languages; else none)."""
+        return list(self._ids) if self.codes else []
+
+    def ids(self, tgt_lang: str | None, src_lang: str | None = None) -> list[int]:
         """The ids put before each source to translate into `tgt_lang`: its tag, or nothing for a
-        model without target tags, or the source language's code for a model with codes. An
-        NMTError names the languages when `tgt_lang` is not one of them, or is None for a model
-        with several."""
+        model without target tags, or the source language's code for a model with codes
+        (`src_lang`'s, else the translator's). An NMTError names the languages when `tgt_lang`
+        or `src_lang` is not one of them, when `tgt_lang` is None for a model with several, and
+        when a model without codes is given `src_lang` (it reads no language before a source)."""
         if self.codes:
             self.forced(tgt_lang)  # an unknown target fails here, before any work
-            return list(self._source)
+            return list(self._source) if src_lang is None else [self._code(src_lang, "src_lang")]
+        if src_lang is not None:
+            raise NMTError(
+                f"src_lang={src_lang!r}: this model reads no language code before its sources "
+                "(src_lang is for models with codes: NLLB-200, M2M-100, mBART-50)"
+            )
         if tgt_lang is None:
             if not self._ids:
                 return []

@@ -77,6 +77,9 @@ class Request:
     # return each translation's piece statistics at this temperature (`SearchJob.statistics`:
     # what confidence reads); None: not recorded
     statistics: float | None = None
+    # the source language, a model with language codes reads its code before each source
+    # (`TargetTags.ids`); None: the translator's
+    src_lang: str | None = None
     segments: list[Segment] = field(init=False)
     banned_phrases: list[str] = field(init=False)  # decode.banned, then the call's
     settings: DecodeConfig = field(init=False)  # `decode` without prefix, banned, constraints

@@ -133,7 +133,7 @@ class Reranker:
         longest = max((len(r.nbest) for r in found), default=0)
         for k, reranker in enumerate(self.rerankers, 1):
             try:
-                reranker.tags.ids(request.tgt_lang)
+                reranker.tags.ids(request.tgt_lang, request.src_lang)
             except NMTError as err:
                 raise NMTError(f"rerank model {k}: {err}") from None
             # one call per rank, every line in it at its own position: the rerank model's

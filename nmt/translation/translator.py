@@ -276,7 +276,8 @@ class Translator:
         translation carries either way (off for a check ahead of the translation)."""
         self.check(request.settings)
         tags, lang = self.tags, request.tgt_lang
-        return prepare(request, self.vocabs, tags.ids(lang), warn, tags.forced(lang))
+        source = tags.ids(lang, request.src_lang)
+        return prepare(request, self.vocabs, source, warn, tags.forced(lang))
 
     def run(self, prepared: Prepared) -> list[Translation]:
         """The translations of a prepared request, one per text, in order (a blank text's is

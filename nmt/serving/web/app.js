@@ -26,6 +26,7 @@ const ui = {
   prefixText: $("prefix-text"), clearPrefix: $("clear-prefix"), tree: $("tree"),
   treeToggle: $("tree-toggle"), modelView: $("model-view"), attentionSource: $("attention-source"),
   tgtLang: $("tgt-lang"), tgtLangControl: $("tgt-lang-control"),
+  srcLang: $("src-lang"), srcLangControl: $("src-lang-control"),
 };
 
 const state = {
@@ -95,6 +96,7 @@ function request(text) {
     confidence: true,
   };
   if (ui.tgtLang.value) body.tgt_lang = ui.tgtLang.value; // "" while the menu has no languages
+  if (ui.srcLang.value) body.src_lang = ui.srcLang.value; // a model with language codes only
   if (state.prefix) body.prefix = state.prefix;
   if (state.showTree) body.beam_tree = true;
   // listeners run before dispatchEvent returns: what they add goes with this request
@@ -588,7 +590,25 @@ function setupLanguages(info) {
   }
   ui.tgtLangControl.hidden = !several;
   showTargetLanguage(several ? ui.tgtLang.value : targets[0]);
+  setupSourceLanguages(info);
   return targets;
+}
+
+// the "From" menu: shown for a model that reads a language code before its sources (an NLLB-200,
+// M2M-100 or mBART-50 import), whose requests may say which ("src_lang"); the others take none,
+// and their menu stays empty and hidden
+function setupSourceLanguages(info) {
+  const codes = info.source_codes || [];
+  const kept = ui.srcLang.value;
+  ui.srcLang.replaceChildren(...codes.map((code) => {
+    const name = languageName(code);
+    return new Option(name === code ? code : `${name} (${code})`, code);
+  }));
+  if (codes.length) {
+    const start = [kept, info.languages.source].find((code) => codes.includes(code));
+    ui.srcLang.value = start || codes[0];
+  }
+  ui.srcLangControl.hidden = !codes.length;
 }
 
 function showTargetLanguage(code) {
@@ -623,6 +643,10 @@ ui.source.addEventListener("input", () => {
   later();
 });
 ui.strategy.addEventListener("change", () => { syncControls(); translate(); });
+ui.srcLang.addEventListener("change", () => {
+  state.prefix = "";
+  translate();
+});
 ui.tgtLang.addEventListener("change", () => {
   showTargetLanguage(ui.tgtLang.value);
   state.prefix = ""; // a forced start in the old language: the model writes the whole one again

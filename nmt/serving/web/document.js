@@ -15,7 +15,7 @@
     form: byId("document-form"), text: byId("document-text"), format: byId("document-format"),
     file: byId("document-file"), error: byId("document-error"),
     rendered: byId("document-rendered"), result: byId("document-result"),
-    tgtLang: byId("tgt-lang"),
+    tgtLang: byId("tgt-lang"), srcLang: byId("src-lang"),
   };
   // the inline elements a rendered translation keeps; any other tag keeps only its text
   const KEPT = new Set(["A", "B", "STRONG", "I", "EM", "U", "S", "SUB", "SUP", "CODE", "BR",
@@ -37,6 +37,7 @@
     }
     const request = { texts, format: box.format.value, alignments: true, confidence: true };
     if (box.tgtLang.value) request.tgt_lang = box.tgtLang.value;
+    if (box.srcLang.value) request.src_lang = box.srcLang.value;
     box.form.setAttribute("aria-busy", "true");
     let answer, body;
     try {
