@@ -70,6 +70,17 @@ def test_a_run_keeps_the_words_that_start_its_sentences_and_cuts_an_unpunctuated
     assert out == [f"{alone[0]} {alone[1]}"]
 
 
+def test_a_sentence_that_starts_with_a_number_is_rejoined_with_one_space(translator):
+    """The number is a protected span, lifted out before the split: the gap it leaves ("Äpfel.
+    _ Wir", two spaces) is not written back beside the number put back."""
+    second = "3 " + SENTENCES[1]
+    alone = [r.plain for r in translate_texts(translator, [SENTENCES[0], second], GREEDY,
+                                              TextOptions())]  # fmt: skip
+    [together] = translate_texts(translator, [f"{SENTENCES[0]} {second}"], GREEDY, TextOptions())
+    assert together.plain.split() == f"{alone[0]} {alone[1]}".split()  # the same sentences
+    assert "  " not in together.text and together.text.split().count("3") == 1
+
+
 def test_a_sentence_a_line_is_the_same_bytes_as_without_text_options(translator):
     plain = list(translate_stream(translator, SENTENCES, GREEDY, LineFormat()))
     text = list(translate_stream(translator, SENTENCES, GREEDY, LineFormat(text=TextOptions())))

@@ -132,6 +132,24 @@ def _sentences(text: str, language: str | None, wanted: bool, starts: frozenset[
     return Split(parts.sentences, ["", *parts.gaps[1:-1], ""])
 
 
+def _gaps_after_codes(block: Block, parts: Split) -> Split:
+    """The split with each gap between sentences that holds codes cut to the whitespace after
+    its last code: the codes go back after the previous sentence's last word with a space of
+    their own (`place`), so "läuft. 2 Kinder" (the number lifted out, "läuft.  Kinder" read)
+    comes back as "runs. 2 Children", not with the lifted number's two spaces."""
+    if not block.codes or len(parts.sentences) < 2:
+        return parts
+    gaps, at = list(parts.gaps), len(parts.gaps[0])
+    for k, sentence in enumerate(parts.sentences[:-1], 1):
+        at += len(sentence)
+        end = at + len(gaps[k])
+        inside = [c for c in block.at if at < c < end]
+        if inside:
+            gaps[k] = block.text[max(inside) : end]
+        at = end
+    return Split(parts.sentences, gaps)
+
+
 def _result(
     block: Block,
     parts: Split,
@@ -144,7 +162,7 @@ def _result(
     failed = next((t.failure for t in sentences if t.failure is not None), None)
     if failed is not None:
         return BlockResult("", "", None, sentences, failed, warnings)
-    plain = parts.join([t.text for t in sentences])
+    plain = _gaps_after_codes(block, parts).join([t.text for t in sentences])
     pairs = None
     if aligned:
         pairs, src, tgt = [], 0, 0
