@@ -42,7 +42,6 @@ TITLE_CASE = 2 / 3  # a text with more of its words capitalised than this is in 
 _EDGE = re.compile(r"^(\s*)(.*?)(\s*)$", re.DOTALL)
 # whitespace after a full stop (and closing quotes or brackets) before a digit
 _STOP_DIGIT = re.compile(r"""(?<=[.!?…])["'»”’)\]]*(\s+)(?=\d)""")
-_NUMBER_STOP = re.compile(r"\d[.!?…]$")  # "3." before the digit: an ordinal
 _WORD = re.compile(r"\S+")
 
 
@@ -92,11 +91,14 @@ def split(text: str, language: str, starts: frozenset[str] = frozenset()) -> Spl
 def _sentencex_cuts(text: str, language: str) -> set[int]:
     """Where sentencex starts a sentence after the first, a number after a full stop read as a
     word with a capital (see the module's notes)."""
-    probe = text
+    chars = None  # the probe's characters, made once a digit is replaced (linear in the text)
     for match in _STOP_DIGIT.finditer(text):
-        if not _NUMBER_STOP.search(text[: match.start()]):  # not after an ordinal
-            at = match.end(1)
-            probe = probe[:at] + "X" + probe[at + 1 :]  # the same length: offsets hold
+        k = match.start()  # just after the full stop (its closing quotes come after)
+        if k >= 2 and text[k - 1] in ".!?…" and text[k - 2].isdecimal():
+            continue  # after an ordinal ("am 3. 5 Leute")
+        chars = chars or list(text)
+        chars[match.end(1)] = "X"  # the same length: offsets hold
+    probe = text if chars is None else "".join(chars)
     cuts, at = set(), 0
     for piece in sentencex.segment(language, probe):
         if at:
