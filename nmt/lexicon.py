@@ -46,7 +46,7 @@ class Shortlist:
     allowed: Tensor
 
 
-@dataclass
+@dataclass(eq=False)  # compared and hashed by identity: a cache may key on it
 class Lexicon:
     translations: Tensor  # (V_src, SHORTLIST_MAX) target ids, best first; -1 where there are fewer
     frequent: Tensor  # (V_tgt,) every target id, the most frequent in training first

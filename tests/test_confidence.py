@@ -18,6 +18,7 @@ from nmt.lexicon import Lexicon
 from nmt.run_config import ServeRunConfig
 from nmt.serving.app import load_app
 from nmt.tokenizer import EOS
+from nmt.translation import agreement as agreement_module
 from nmt.translation.agreement import FREQUENT, UNLISTED, agreement
 from nmt.translation.calibrators import isotonic, isotonic_at, logistic
 from nmt.translation.confidence import (
@@ -251,7 +252,7 @@ def test_the_http_answer_carries_confidence_when_asked(ckpt):
             assert 0 <= answer.json()["translations"][0]["confidence"]["sentence"] <= 1
 
 
-def test_lexical_agreement_ranks_added_and_dropped_words():
+def test_lexical_agreement_ranks_added_and_dropped_words(monkeypatch):
     """Precision: how far down the source pieces' translation lists each target piece is;
     recall: how far down each source piece's list the translation reaches (log(1 + rank),
     UNLISTED where none), function words (the most frequent targets) left out of precision."""
@@ -274,3 +275,6 @@ def test_lexical_agreement_ranks_added_and_dropped_words():
     for got, want in zip(found, cases.values()):
         assert got == pytest.approx(want, abs=1e-6)
     assert agreement(None, [source], [[60, EOS]]) == [(0.0, 0.0)]
+    # a big target vocabulary is read a few pairs at a time, each pair's answer the same
+    monkeypatch.setattr(agreement_module, "CELLS", 2 * frequent.numel())
+    assert agreement(lexicon, [source] * len(targets), targets) == found

@@ -19,6 +19,8 @@ predictor ranks translations by chrF closer to TP + 0.05 than without. A model w
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 from nmt.lexicon import Lexicon
@@ -28,7 +30,9 @@ FREQUENT = 50  # the most frequent target pieces, left out of precision
 LISTED = 32  # the translations of a source piece read, of the SHORTLIST_MAX the lexicon keeps
 UNLISTED = LISTED  # the rank of a piece no list holds
 _RANKS = torch.arange(LISTED, dtype=torch.int16)
-CHUNK = 256  # pairs at a time: two (CHUNK, target vocabulary) tables
+CHUNK = 256  # pairs at a time at most: two (pairs, target vocabulary) tables
+CELLS = 1 << 22  # ... and at most this many cells in each (8 MB of int16, 4 MB of bool)
+_TABLES: weakref.WeakKeyDictionary[Lexicon, torch.Tensor] = weakref.WeakKeyDictionary()
 
 
 def agreement(
@@ -38,9 +42,10 @@ def agreement(
     of sentence, a tag's padding) left out; (0, 0) for every pair without a lexicon."""
     if lexicon is None:
         return [(0.0, 0.0)] * len(sources)
+    rows = max(1, min(CHUNK, CELLS // lexicon.frequent.numel()))  # 16 for NLLB's 256k pieces
     out: list[tuple[float, float]] = []
-    for first in range(0, len(sources), CHUNK):
-        out += _chunk(lexicon, sources[first : first + CHUNK], targets[first : first + CHUNK])
+    for first in range(0, len(sources), rows):
+        out += _chunk(lexicon, sources[first : first + rows], targets[first : first + rows])
     return out
 
 
@@ -75,11 +80,11 @@ def _chunk(
 def _table(lexicon: Lexicon) -> torch.Tensor:
     """The lexicon's first LISTED translations of each source piece as int32, and an empty row
     after them that padding points at; made once per lexicon."""
-    cached = getattr(lexicon, "_agreement_table", None)
+    cached = _TABLES.get(lexicon)
     if cached is None:
         lists = lexicon.translations[:, :LISTED].cpu().int()
         cached = torch.cat([lists, torch.full((1, lists.size(1)), -1, dtype=torch.int32)])
-        lexicon._agreement_table = cached  # type: ignore[attr-defined]
+        _TABLES[lexicon] = cached
     return cached
 
 
