@@ -1,7 +1,9 @@
 """Memory of a long-lived translation process: resident memory while one stream runs, as JSON.
 
     python scripts/bench_translate_memory.py runs/NAME/checkpoints/best \\
-        --src data/demo/test.de --lines 10000 --decode greedy
+        --src data/demo/test.de --lines 10000 --decode greedy [--precision int8]
+    python scripts/bench_translate_memory.py runs/nllb --src test.de --lines 64 \\
+        --src-lang deu_Latn --tgt-lang eng_Latn --precision int8   # a model with language codes
 
 Sends `--lines` lines (the lines of --src over and over) through one
 `nmt.cli.translate.translate_stream`, as `nmt-translate` does for a long input or a server would for
@@ -9,8 +11,9 @@ a day of requests, and records the process's resident set size (VmRSS) every `--
 that stays flat after the first thousand lines is the aim: growth after that is a leak (kept
 results, caches, the allocator) that a long-lived process would eventually die of. The first
 thousand lines are the warm-up (allocator pools, sentencepiece and torch caches): `growth_mb` is RSS
-after all lines minus RSS after 1,000. Linux only (reads /proc/self/status). One torch process
-should run at a time.
+after all lines minus RSS after 1,000. `peak_rss_mb` is what the process needed at most (with
+`--precision int8`, the model's int8 copy included). Linux only (reads /proc/self/status). One
+torch process should run at a time.
 """
 
 from __future__ import annotations
@@ -26,11 +29,10 @@ from pathlib import Path
 import torch
 
 from nmt.checkpoint import load_checkpoint
-from nmt.cli.translate import translate_stream
-from nmt.config import DecodeConfig, Strategy
+from nmt.cli.translate import LineFormat, translate_stream
+from nmt.config import DecodeConfig, Precision, Strategy
 from nmt.data.splits import read_lines
 from nmt.device import describe, resolve_device
-from nmt.models import restore_model
 from nmt.translation.translator import Translator
 
 WARM_UP = 1000  # lines after which memory should no longer grow
@@ -59,20 +61,26 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=10_000)
     parser.add_argument("--every", type=int, default=1000, help="record RSS every N lines")
     parser.add_argument("--decode", choices=["greedy", "beam"], default="greedy")
+    parser.add_argument("--precision", choices=[p.value for p in Precision], default="fp32")
+    parser.add_argument("--src-lang", help="the sources' language code (an NLLB import)")
+    parser.add_argument("--tgt-lang", help="the target language (a model with target tags)")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
 
     device = resolve_device(args.device)
     ckpt = load_checkpoint(args.ckpt)
-    decode = DecodeConfig()
+    decode = DecodeConfig(precision=Precision(args.precision))
     if args.decode == "beam":
         decode = replace(decode, strategy=Strategy.beam, beam_size=5)
-    translator = Translator(restore_model(ckpt, device), ckpt.vocabs, device, decode=decode)
+    model_name = ckpt.config.model.name
+    translator = Translator.from_checkpoint(ckpt, decode, str(device), src_lang=args.src_lang)
+    del ckpt  # the translator holds the model; the checkpoint's own tensors are not needed
 
     rss = {0: round(memory_mb("VmRSS"), 1)}
     start = time.perf_counter()
     done = 0
-    for _ in translate_stream(translator, source_lines(Path(args.src), args.lines)):
+    lines = source_lines(Path(args.src), args.lines)
+    for _ in translate_stream(translator, lines, fmt=LineFormat(tgt_lang=args.tgt_lang)):
         done += 1
         if done % args.every == 0 or done == args.lines:
             rss[done] = round(memory_mb("VmRSS"), 1)
@@ -84,7 +92,8 @@ def main() -> None:
             {
                 "benchmark": "translate_memory",
                 "checkpoint": str(Path(args.ckpt).resolve()),
-                "model": ckpt.config.model.name,
+                "model": model_name,
+                "precision": decode.precision.value,
                 "source": args.src,
                 "decode": decode.describe(),
                 "lines": done,

@@ -59,6 +59,9 @@ def test_precision_int8_searches_an_int8_copy_and_leaves_the_model_fp32(family):
     copy = int8_copy(model)
     assert any(isinstance(m, Int8Linear) for m in copy.modules())
     assert not any(isinstance(m, Int8Linear) for m in model.modules())
+    # the copy holds the model's fp32 tensors, not copies of them: int8 adds int8 weights only
+    held = {t.data_ptr() for t in (*model.parameters(), *model.buffers())}
+    assert {t.data_ptr() for t in (*copy.parameters(), *copy.buffers())} == held
     assert decode_all(model, sources, replace(BEAM, precision=Precision.fp32), CPU) == fp32
     # the int8 search is the int8 model's: its scores are the sum of the copy's own steps
     for source, nbest in zip(sources, int8):
