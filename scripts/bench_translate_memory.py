@@ -28,11 +28,12 @@ from pathlib import Path
 
 import torch
 
-from nmt.checkpoint import load_checkpoint
+from nmt.checkpoint import CONFIG_FILE
 from nmt.cli.translate import LineFormat, translate_stream
 from nmt.config import DecodeConfig, Precision, Strategy
 from nmt.data.splits import read_lines
 from nmt.device import describe, resolve_device
+from nmt.run_config import load_run_config
 from nmt.translation.translator import Translator
 
 WARM_UP = 1000  # lines after which memory should no longer grow
@@ -68,13 +69,12 @@ def main() -> None:
     args = parser.parse_args()
 
     device = resolve_device(args.device)
-    ckpt = load_checkpoint(args.ckpt)
     decode = DecodeConfig(precision=Precision(args.precision))
     if args.decode == "beam":
         decode = replace(decode, strategy=Strategy.beam, beam_size=5)
-    model_name = ckpt.config.model.name
-    translator = Translator.from_checkpoint(ckpt, decode, str(device), src_lang=args.src_lang)
-    del ckpt  # the translator holds the model; the checkpoint's own tensors are not needed
+    # loaded as nmt-translate loads it, from its directory: the model takes the saved tensors
+    translator = Translator.from_checkpoint(args.ckpt, decode, str(device), args.src_lang)
+    model_name = load_run_config(Path(args.ckpt) / CONFIG_FILE).model.name
 
     rss = {0: round(memory_mb("VmRSS"), 1)}
     start = time.perf_counter()

@@ -21,7 +21,15 @@ from nmt.checkpoint import (
     save_checkpoint,
     step_name,
 )
-from nmt.config import AttentionType, Cell, DataConfig, DecoderStyle, RNNConfig, TokenizerConfig
+from nmt.config import (
+    AttentionType,
+    Cell,
+    DataConfig,
+    DecoderStyle,
+    RNNConfig,
+    TokenizerConfig,
+    TransformerConfig,
+)
 from nmt.data.batches import collate
 from nmt.data.splits import Corpus, encode
 from nmt.demo import generate_pairs
@@ -150,6 +158,39 @@ def test_round_trip_gives_identical_logits(tmp_path, model_kw, joint):
     for alias in (path / CKPT_FILE, root / "last"):
         again = restore_model(load_checkpoint(alias), CPU)
         assert torch.equal(_logits(again, batch), _logits(model, batch))
+
+
+@pytest.mark.parametrize("family", ["gru-tied", "transformer"])
+def test_a_restored_model_shares_what_the_built_one_shares_and_takes_tensors_only_when_told(
+    tmp_path, family
+):
+    """restore_model builds on the meta device and loads the saved tensors as the parameters:
+    tied weights are one parameter again (a GRU's output layer and target embedding; the
+    Transformer's one table for both sides), the sinusoids are computed, the logits are the
+    saved model's; the model copies the checkpoint's tensors unless it is told to take them."""
+    vocabs = _vocabs(tmp_path / "vocab")
+    cfg = _config(tmp_path, tie_embeddings=True)
+    if family == "transformer":
+        model_cfg = TransformerConfig(d_model=16, heads=2, ff_size=32, encoder_layers=1,
+                                      decoder_layers=1, dropout=0.0)  # fmt: skip
+        cfg = replace(cfg, model=model_cfg)
+    torch.manual_seed(4)
+    model = build_model(cfg.model, len(vocabs.src), len(vocabs.tgt), vocabs.joint).eval()
+    path = save_checkpoint(tmp_path / "ckpts", 1, {"model": model.state_dict()}, cfg, vocabs)
+    ckpt = load_checkpoint(path)
+    batch = _batch(vocabs)
+    for take in (False, True):
+        restored = restore_model(ckpt, CPU, take)
+        assert len(list(restored.parameters())) == len(list(model.parameters()))
+        assert torch.equal(_logits(restored, batch), _logits(model, batch))
+        saved = {t.data_ptr() for t in ckpt.payload["model"].values()}
+        held = {p.data_ptr() for p in restored.parameters()}
+        assert (held <= saved) if take else not (held & saved)
+    if family == "gru-tied":
+        assert restored.decoder.out.weight is restored.decoder.embed.weight
+    else:
+        assert restored.encoder.embed.table is restored.decoder.embed.table
+        assert not restored.decoder.embed.fixed.is_meta
 
 
 def test_resaving_a_step_writes_a_new_directory_and_never_touches_the_old(setup):

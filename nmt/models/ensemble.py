@@ -278,5 +278,7 @@ def load_ensemble(
     loaded = [c if isinstance(c, Checkpoint) else load_checkpoint(c) for c in ckpts]
     check_members(loaded)
     check_options(len(loaded), weights, combine, attention)
-    members = [restore_model(ckpt, device) for ckpt in loaded]
+    # a checkpoint loaded here is the member's alone: it takes its tensors (`restore_model`)
+    members = [restore_model(c, device, not isinstance(given, Checkpoint))
+               for c, given in zip(loaded, ckpts)]  # fmt: skip
     return Ensemble(members, weights, combine, attention).to(device).eval(), loaded

@@ -44,6 +44,7 @@ from nmt.models.compiled import sized_by_the_model
 # side by 128 to make it unsigned; with 7 bits every pair sum stays below 2 x 191 x 63 = 24066,
 # so every CPU sums the same integers exactly (tests: the same outputs limited to AVX2)
 LEVELS = 63
+ROWS = 4096  # weight rows quantized at a time
 
 
 class Int8Product:
@@ -60,13 +61,16 @@ class Int8Product:
         """`per_batch`: the weight's rows change from batch to batch (a shortlist's output rows),
         so a compiled step keeps its sizes symbolic; other products are the model's own, sized
         by it (`sized_by_the_model`)."""
-        weight = weight.detach().float()
-        self.scales = (weight.abs().amax(dim=1) / LEVELS).clamp(min=1e-12)  # (out,)
-        rounded = torch.round(weight / self.scales[:, None]).to(torch.int8)
+        weight = weight.detach()
+        self.scales = (weight.abs().amax(dim=1).float() / LEVELS).clamp(min=1e-12)  # (out,)
         # (in, out) in its own row-major memory: as fast as a transposed view of the rows or
         # faster, and `.contiguous()` would keep a one-column view's strides, which oneDNN misreads
         self.weight = torch.empty(weight.size(1), weight.size(0), dtype=torch.int8)
-        self.weight.copy_(rounded.t())
+        # rounded ROWS output rows at a time: the fp32 temporaries of a 256k-piece output layer
+        # would be 2 GB at once
+        for first in range(0, weight.size(0), ROWS):
+            rows = weight[first : first + ROWS].float() / self.scales[first : first + ROWS, None]
+            self.weight[:, first : first + ROWS].copy_(rows.round_().to(torch.int8).t())
         self.bias = None if bias is None else bias.detach().float()
         self.out_features = weight.size(0)
         for tensor in (self.weight, self.scales, self.bias):

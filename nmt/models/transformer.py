@@ -72,7 +72,8 @@ class Embedding(nn.Module):
         # sinusoids are cached up to max_positions and computed on the fly beyond, so any length
         # works; a buffer that is not saved keeps checkpoints independent of this cache
         self.layout = cfg.positions
-        fixed = sinusoids(cfg.max_positions, cfg.d_model, layout=self.layout)
+        with torch.device("cpu"):  # computed, not loaded: real even in a model built on "meta"
+            fixed = sinusoids(cfg.max_positions, cfg.d_model, layout=self.layout)
         self.register_buffer("fixed", fixed, persistent=False)
 
     def positions(self, length: int, offset: int) -> Tensor:

@@ -168,13 +168,15 @@ class Translator:
         `decode=None` makes the default what the run validated with (greedy unless it was
         trained with decode=beam). `src_lang`: the language of the sources, where the model
         reads a code for it (an NLLB import); None: the checkpoint's data.src_lang."""
-        if not isinstance(ckpt, Checkpoint):
+        take = not isinstance(ckpt, Checkpoint)  # loaded here for this model alone
+        if take:
             ckpt = load_checkpoint(ckpt)
         dev = resolve_device(device)
         data = ckpt.config.data
         translator = cls(
-            restore_model(ckpt, dev), ckpt.vocabs, dev, ckpt.lexicon, decode or ckpt.config.decode,
-            data.target_tags(), src_lang or data.src_lang, data.language_codes,
+            restore_model(ckpt, dev, take), ckpt.vocabs, dev, ckpt.lexicon,
+            decode or ckpt.config.decode, data.target_tags(), src_lang or data.src_lang,
+            data.language_codes,
         )  # fmt: skip
         translator.sentence_starts = read_starts(ckpt.path)
         guided = ckpt.config.train.guided_alignment
