@@ -318,6 +318,19 @@ def test_every_tool_takes_the_import(nllb, demo_dir, tmp_path, capsys):
         assert want != plain  # the code is read: translations differ
         refused = client.post("/translate", json={"text": texts[0], "src_lang": "xx_Latn"})
         assert refused.status_code == 422 and "src_lang='xx_Latn'" in refused.text
+        # /score reads the texts with the request's code: what a translator reading fra_Latn
+        # scores, not what the server's deu_Latn does
+        body = {"texts": texts[:3], "translations": want[:3], "src_lang": "fra_Latn",
+                "tgt_lang": "eng_Latn"}  # fmt: skip
+        answer = client.post("/score", json=body)
+        assert answer.status_code == 200, answer.text
+        scores = [s["score"] for s in answer.json()["scores"]]
+        french_scores = french.score(texts[:3], want[:3], tgt_lang="eng_Latn")
+        assert scores == pytest.approx([s.score for s in french_scores], abs=1e-4)
+        german = client.post("/score", json={**body, "src_lang": None}).json()["scores"]
+        assert [s["score"] for s in german] != pytest.approx(scores, abs=1e-4)
+        refused = client.post("/score", json={**body, "src_lang": "xx_Latn"})
+        assert refused.status_code == 422 and "src_lang='xx_Latn'" in refused.text
     args = [f"ckpt={ours}", "data=demo", f"data.local_dir={demo_dir}", "split=test",
             "decode=greedy", "tgt_lang=eng_Latn"]  # fmt: skip
     assert cli.evaluate(args) == 0
@@ -325,6 +338,30 @@ def test_every_tool_takes_the_import(nllb, demo_dir, tmp_path, capsys):
     # the exported runtimes would translate without the codes: refused, nothing written
     assert cli.export([f"ckpt={ours}", "format=onnx", f"out={tmp_path / 'onnx'}"]) == 2
     assert "language codes" in capsys.readouterr().err and not (tmp_path / "onnx").exists()
+
+
+@pytest.mark.parametrize("strategy", [Strategy.greedy, Strategy.beam])
+def test_ctranslate2_export_translates_as_nmt(nllb, demo_dir, tmp_path, strategy):
+    """nmt-export format=ctranslate2 of an NLLB-shaped import: CTranslate2 reads each source
+    with its language's code before it and starts each translation from BOS (the `</s>` row,
+    which the import names `<s>` as Hugging Face's own `<s>` is named) with the target's code
+    forced, and writes what nmt writes, for the default source language and another (greedy
+    writes the code unforced too: beam search is what fails without it)."""
+    pytest.importorskip("ctranslate2")
+    from nmt.export.ct2 import CT2Translator
+
+    _, ours = nllb
+    out = tmp_path / "ct2"
+    assert cli.export([f"ckpt={ours}", "format=ctranslate2", f"out={out}"]) == 0
+    texts = sentences(demo_dir)[:60]
+    decode = DecodeConfig(strategy=strategy, beam_size=4, max_len_a=0.0, max_len_b=40)
+    for src_lang in (None, "fra_Latn"):
+        want = Translator.from_checkpoint(ours, decode, "cpu", src_lang=src_lang).translate(
+            texts, tgt_lang="eng_Latn"
+        )
+        got = CT2Translator(out, decode, src_lang=src_lang).translate(texts, tgt_lang="eng_Latn")
+        assert got == want, src_lang
+    assert want != Translator.from_checkpoint(ours, decode, "cpu").translate(texts)  # read
 
 
 def _fine_tune_args(ours: Path, demo_dir: Path, run: Path, *extra: str) -> list[str]:

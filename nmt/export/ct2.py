@@ -17,7 +17,11 @@ decoder specs are filled from our state dict by a `Converter` subclass. How our 
   self-attention gets [Q; K; V]; queries scaled by 1/sqrt(d/h) as CTranslate2 does.
 - activation relu -> RELU, gelu (exact, erf) -> GELU, swish -> SWISH.
 - vocabularies: the sentencepiece pieces in id order; special tokens by their pieces;
-  `add_source_eos=True` (our sources end with EOS), decoding starts from BOS.
+  `add_source_eos=True` (our sources end with EOS), decoding starts from BOS. An NLLB-200 /
+  M2M-100 import's BOS row is `</s>`'s (decoding starts from it) under the name `<s>`, which
+  Hugging Face's own `<s>` (a later id) also has: CTranslate2 reads a name as its first id, BOS.
+  Its language codes: `CT2Translator` puts the source's code before each source and gives the
+  target's as `target_prefix`, as nmt's search forces it.
 
 Recurrent checkpoints are refused (CTranslate2 has no recurrent attention decoders): use onnx.
 """
@@ -344,7 +348,10 @@ class CT2Translator:
         decode: DecodeConfig | None = None,
         threads: int = 0,
         compute_type: str = "default",
+        src_lang: str | None = None,
     ) -> None:
+        """`src_lang`: the sources' language, for a model with language codes (None: the
+        checkpoint's data.src_lang)."""
         ct2 = _import_ctranslate2()
         directory = Path(directory)
         manifest = read_manifest(directory)
@@ -356,7 +363,7 @@ class CT2Translator:
         )  # fmt: skip
         self.vocabs = Vocabs(*manifest_vocabs(directory, manifest))
         self.src_vocab, self.tgt_vocab = self.vocabs.src, self.vocabs.tgt
-        self.tags = manifest_tags(manifest, self.src_vocab)
+        self.tags = manifest_tags(manifest, self.src_vocab, src_lang)
         self.model = TransformerConfig(**{**manifest["model"], "arch": "transformer"})
         self.decode = decode or DecodeConfig(**manifest["decode"])
         self.eos = self.tgt_vocab.id_to_piece([EOS])[0]
@@ -390,11 +397,14 @@ class CT2Translator:
         """Each text's n-best list of (target pieces, normalised score); [] for a blank text.
         The request is read as the Translator reads it (`nmt.translation.request`): each text's
         forced prefix (its own, or decode.prefix), its target language's tag before each source (the
-        manifest's `target_tags`). Banned phrases, constraints, attention maps and search trees
+        manifest's `target_tags`); with language codes, the source's code before it and the
+        target's first in the prefix. Banned phrases, constraints, attention maps and search trees
         are refused (`check_supported`), as is a setting CTranslate2 cannot honour
         (`decode_options`)."""
         check_supported(request, "CTranslate2 export", rules=("no_repeat_ngram",))
-        prepared = prepare(request, self.vocabs, self.tags.ids(request.tgt_lang, request.src_lang))
+        tags, lang = self.tags, request.tgt_lang
+        prepared = prepare(request, self.vocabs, tags.ids(lang, request.src_lang), True,
+                           tags.forced(lang))  # fmt: skip
         live = [text for text in prepared.texts if text.src]
         pieces = [self.src_vocab.id_to_piece(t.src[:-1]) for t in live]  # CT2 adds the EOS
         forced = [self.tgt_vocab.id_to_piece(t.prefix) for t in live]

@@ -33,7 +33,7 @@ from nmt.export.graphs import Graphs, TensorSpec, export_graphs
 from nmt.export.runtime import MANIFEST
 from nmt.models import restore_model
 from nmt.run_config import ExportFormat, ExportRunConfig, flatten
-from nmt.tokenizer import BOS, EOS, PAD, UNK, MarianVocab, Vocabs
+from nmt.tokenizer import BOS, EOS, M2M_FILES, PAD, UNK, MarianVocab, Vocabs
 
 GRAPH_FILES = {
     ExportFormat.onnx: ("encoder.onnx", "decoder_step.onnx"),
@@ -59,11 +59,12 @@ def export_checkpoint(
 ) -> Path:
     """Write the export of `ckpt` to `out` (a new directory, or replaced with `overwrite`);
     `quantization` is CTranslate2's weight type (None: float32)."""
-    if ckpt.config.data.language_codes:
+    if ckpt.config.data.language_codes and fmt != ExportFormat.ctranslate2:
         raise NMTError(
-            "nmt-export of a model with language codes (an NLLB-200 or M2M-100 import) is not "
-            "supported yet: the exported runtimes do not put the source's code before a source "
-            "nor force the target's; translate it with nmt-translate, nmt-serve or the library"
+            f"format={fmt.value} of a model with language codes (an NLLB-200, M2M-100 or "
+            "mBART-50 import) is not supported yet: its runtime does not put the source's code "
+            "before a source nor force the target's; export it with format=ctranslate2, or "
+            "translate it with nmt-translate, nmt-serve or the library"
         )
     if fmt == ExportFormat.ctranslate2:
         from nmt.export.ct2 import check_convertible
@@ -115,8 +116,9 @@ def _common_manifest(ckpt: Checkpoint, fmt: ExportFormat) -> dict:
             "src": vocabs.src.path.name,
             "tgt": vocabs.tgt.path.name,
             "joint": vocabs.joint,
-            # "marian": an imported Marian tokenizer (`MarianVocab`), whose *_pieces is its list
-            "kind": "marian" if isinstance(vocabs.src, MarianVocab) else "sentencepiece",
+            # "marian": an imported Marian tokenizer (`MarianVocab`), whose *_pieces is its list;
+            # "m2m": an NLLB-200 / M2M-100 / mBART-50 one, whose pieces file also lists the codes
+            "kind": _tokenizer_kind(vocabs),
             # pruned sides: id i is the sentencepiece id on line i of this file (id, tab, piece)
             "src_pieces": None if vocabs.src.kept_path is None else vocabs.src.kept_path.name,
             "tgt_pieces": None if vocabs.tgt.kept_path is None else vocabs.tgt.kept_path.name,
@@ -127,6 +129,9 @@ def _common_manifest(ckpt: Checkpoint, fmt: ExportFormat) -> dict:
         # a model without target tags); the runtimes' tgt_lang reads it
         # (nmt.translation.inputs.TargetTags)
         "target_tags": ckpt.config.data.target_tags(),
+        # a model with language codes: language -> code piece, and the sources' default language
+        "language_codes": dict(ckpt.config.data.language_codes),
+        "src_lang": ckpt.config.data.src_lang,
         "special_ids": ids,
         "special_pieces": {k: vocabs.tgt.id_to_piece([i])[0] for k, i in ids.items()},
         "source": "sentencepiece ids of the text (mapped through src_pieces if set), then EOS",
@@ -145,6 +150,28 @@ def _common_manifest(ckpt: Checkpoint, fmt: ExportFormat) -> dict:
             )
         },  # fmt: skip
     }
+
+
+def _codes_note(manifest: dict) -> str:
+    """How a CTranslate2 export of a model with language codes is called (none for others)."""
+    codes = manifest.get("language_codes")
+    if not codes:
+        return ""
+    src = codes.get(manifest.get("src_lang"), next(iter(codes.values())))
+    return (
+        "\nThis model reads the source's language code before its pieces and starts each "
+        "translation with the target's (`language_codes` in the manifest; nmt.export.ct2."
+        f"CT2Translator does both): `translator.translate_batch([['{src}', *pieces[0]]], "
+        "target_prefix=[[TARGET_CODE]])`, and the code is the first piece of the output. "
+        "Tokenize with its sentencepiece.bpe.model and map the pieces through pieces.m2m.json "
+        "(nmt.tokenizer.load_vocabs(DIR)).\n"
+    )
+
+
+def _tokenizer_kind(vocabs: Vocabs) -> str:
+    if vocabs.src.kept_path is not None and vocabs.src.kept_path.name == M2M_FILES["pieces"]:
+        return "m2m"
+    return "marian" if isinstance(vocabs.src, MarianVocab) else "sentencepiece"
 
 
 # ---- ONNX and TorchScript -----------------------------------------------------------------------
@@ -302,6 +329,7 @@ def readme(fmt: ExportFormat, manifest: dict) -> str:
             "print(sp_tgt.decode(result[0].hypotheses[0]))\n```\n\n"
             "The translate_batch options that search exactly as nmt does (length penalty, length "
             "limits) are in docs/export.md (nmt.export.ct2.decode_options).\n"
+            + _codes_note(manifest)
         )
     return head + (
         "Greedy translation with onnxruntime (or TorchScript) and numpy, no model code:\n\n"

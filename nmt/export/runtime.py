@@ -24,7 +24,7 @@ import numpy as np
 
 from nmt.config import DecodeConfig, Precision, Strategy
 from nmt.errors import NMTError
-from nmt.tokenizer import BOS, EOS, PAD, MarianVocab, Vocab, Vocabs, clean
+from nmt.tokenizer import BOS, EOS, PAD, MarianVocab, Vocab, Vocabs, clean, load_vocabs
 from nmt.translation.inputs import Sources, TargetTags, length_batches, prefix_ids
 from nmt.translation.request import Request, prepare
 
@@ -219,16 +219,22 @@ def check_greedy(decode: DecodeConfig) -> DecodeConfig:
     return decode
 
 
-def manifest_tags(manifest: dict, vocab: Vocab) -> TargetTags:
+def manifest_tags(manifest: dict, vocab: Vocab, src_lang: str | None = None) -> TargetTags:
     """The target languages of an export and their tags, as its checkpoint had them (an export
-    written before the manifest named them: languages unknown, no tags)."""
-    return TargetTags(manifest.get("target_tags"), vocab)
+    written before the manifest named them: languages unknown, no tags); a model with language
+    codes reads `src_lang`'s (None: the manifest's src_lang) before each source."""
+    codes = manifest.get("language_codes")
+    source = (src_lang or manifest.get("src_lang")) if codes else None
+    return TargetTags(manifest.get("target_tags"), vocab, codes, source)
 
 
 def manifest_vocabs(directory: Path, manifest: dict) -> tuple[Vocab, Vocab]:
     """The source and target vocabularies of an export directory, as its manifest names them
     (pruned ones through their `*_pieces` files)."""
     tokenizer = manifest["tokenizer"]
+    if tokenizer.get("kind") == "m2m":  # one tokenizer and piece list for both sides
+        both = load_vocabs(directory)
+        return both.src, both.tgt
     vocabs = []
     for side in ("src", "tgt"):
         pieces = tokenizer.get(f"{side}_pieces")

@@ -150,6 +150,7 @@ class ScoreItem:
     text: str
     translation: str
     tgt_lang: str | None = None  # the language of the translation
+    src_lang: str | None = None  # the text's (a model with language codes)
 
 
 SCORE = "score"
@@ -157,15 +158,17 @@ SCORE = "score"
 
 def score_key(tag: tuple[int, ...]) -> tuple:
     """Every /score pair is scored with the server's settings: pairs share a batch when their
-    sources take the same target tag (`target_tag`)."""
+    sources take the same ids before them (`target_tag`: the target tag, the source's code)."""
     return SCORE, tag
 
 
 def score_batch(translator: Translator, items: list[ScoreItem]) -> list[bytes]:
     """The batcher's work for /score, in its worker thread: one teacher-forced pass per batch,
-    every pair with the same target tag (`score_key`)."""
+    every pair with the same ids before its source (`score_key`)."""
     texts, translations = [i.text for i in items], [i.translation for i in items]
-    scored = translator.score(texts, translations, tgt_lang=items[0].tgt_lang)
+    first = items[0]
+    scored = translator.score(texts, translations, tgt_lang=first.tgt_lang,
+                              src_lang=first.src_lang)  # fmt: skip
     return [_json(scored_json(s)) for s in scored]
 
 
@@ -304,8 +307,9 @@ def create_app(translator: Translator, cfg: ServeRunConfig, info: dict) -> Starl
     async def score(request: Request) -> Response:
         job = parse_score_request(await read_body(request, body_limit), cfg)
         costs = score_costs(translator, job, cfg.max_request_cost)
-        items = [ScoreItem(t, u, job.tgt_lang) for t, u in zip(job.texts, job.translations)]
-        key = score_key(target_tag(translator, job.tgt_lang))
+        items = [ScoreItem(t, u, job.tgt_lang, job.src_lang)
+                 for t, u in zip(job.texts, job.translations)]  # fmt: skip
+        key = score_key(target_tag(translator, job.tgt_lang, job.src_lang))
         try:
             results = await batcher.submit(key, items, costs, client_of(request))
         except QueueFull as full:

@@ -222,12 +222,15 @@ def read_tgt_lang(data: dict, key: str = "tgt_lang") -> str | None:
     return lang
 
 
-def target_tag(translator: Translator, tgt_lang: str | None) -> tuple[int, ...]:
-    """The ids the Translator puts before each source for `tgt_lang` (`TargetTags.ids`: the
-    language's tag, or none); a language the model does not translate into, or none given to a
-    model with several, is a 422 with the Translator's message, which names its languages."""
+def target_tag(
+    translator: Translator, tgt_lang: str | None, src_lang: str | None = None
+) -> tuple[int, ...]:
+    """The ids the Translator puts before each source for `tgt_lang` and `src_lang`
+    (`TargetTags.ids`: the language's tag or the source's code, or none); a language the model
+    does not translate into or read, or no tgt_lang given to a model with several, is a 422 with
+    the Translator's message, which names its languages."""
     try:
-        return tuple(translator.tags.ids(tgt_lang))
+        return tuple(translator.tags.ids(tgt_lang, src_lang))
     except NMTError as err:
         raise BadRequest(422, str(err)) from None
 

@@ -3,6 +3,8 @@
     {"text": "Ein Hund läuft.", "translation": "A dog runs."}
     {"texts": [...], "translations": [...]}          one translation per text, in order
     optional "tgt_lang": the language the translations are in, for a model with target tags
+    optional "src_lang": the texts' language, for a model with language codes (/info's
+    source_codes)
     -> {"scores": [{"score": -3.1, "normalized": -0.62, "pieces": [...], "piece_scores": [...]}]}
 
 `score` is the total log-probability of the translation's pieces and the EOS after them (as the
@@ -11,8 +13,9 @@ search reports it), `normalized` the same with the server's length penalty, and 
 them. A score of -inf (a piece outside the shortlist) is JSON null. The limits of /translate
 hold: `max_texts` pairs, `max_chars` characters on both sides together; a request's cost is its
 translations' pieces (one teacher-forced step each), bounded by `max_request_cost`. "tgt_lang"
-is checked as /translate checks it (`target_tag`): the score is of the translation given the
-source with that language's tag before it, as `Translator.score` computes it.
+and "src_lang" are checked as /translate checks them (`target_tag`): the score is of the
+translation given the source with that language's tag (and code) before it, as
+`Translator.score` computes it.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from nmt.tokenizer import clean
 from nmt.translation.scoring import Scored
 from nmt.translation.translator import Translator
 
-SCORE_KEYS = ("text", "texts", "tgt_lang", "translation", "translations")
+SCORE_KEYS = ("src_lang", "text", "texts", "tgt_lang", "translation", "translations")
 
 
 @dataclasses.dataclass
@@ -35,6 +38,7 @@ class ScoreJob:
     texts: list[str]
     translations: list[str]  # one per text
     tgt_lang: str | None = None  # the language of the translations (`TargetTags.ids`)
+    src_lang: str | None = None  # the texts' language (a model with codes), else the server's
 
 
 def parse_score_request(body: bytes, cfg: ServeRunConfig) -> ScoreJob:
@@ -64,17 +68,18 @@ def parse_score_request(body: bytes, cfg: ServeRunConfig) -> ScoreJob:
         raise BadRequest(422, "nothing to score: no texts")
     if len(texts) > cfg.max_texts:
         raise BadRequest(413, f"{len(texts)} texts: this server takes at most {cfg.max_texts}")
-    tgt_lang = read_tgt_lang(data)
-    chars = sum(len(t) for t in texts) + sum(len(t) for t in translations) + len(tgt_lang or "")
+    tgt_lang, src_lang = read_tgt_lang(data), read_tgt_lang(data, "src_lang")
+    chars = sum(len(t) for t in texts) + sum(len(t) for t in translations)
+    chars += len(tgt_lang or "") + len(src_lang or "")
     if chars > cfg.max_chars:
         raise BadRequest(413, f"{chars} characters: this server takes at most {cfg.max_chars}")
-    return ScoreJob(texts, translations, tgt_lang)
+    return ScoreJob(texts, translations, tgt_lang, src_lang)
 
 
 def score_costs(translator: Translator, job: ScoreJob, max_cost: int) -> list[int]:
     """Each pair's cost, its translation's pieces and EOS (one teacher-forced step each); a total
     over `max_cost` is a 413, a target language the model lacks a 422 (`target_tag`)."""
-    target_tag(translator, job.tgt_lang)
+    target_tag(translator, job.tgt_lang, job.src_lang)
     texts = [clean(t) for t in job.translations]
     costs = [len(ids) + 1 for ids in translator.vocabs.tgt.encode(texts)] if any(texts) else []
     costs = costs or [1] * len(texts)

@@ -369,6 +369,7 @@ class Translator:
         decode: DecodeConfig | None = None,
         first_line: int = 1,
         tgt_lang: str | None = None,
+        src_lang: str | None = None,
     ) -> list[Scored]:
         """What the model thinks of each given translation of its source: the log-probability
         of each of its pieces and of the EOS after them, their total, and the total with
@@ -378,15 +379,16 @@ class Translator:
         source is the empty sentence (EOS alone), a blank translation scores the EOS alone;
         pieces the target vocabulary lacks are scored as <unk> (a warning names the line).
         `tgt_lang` is the language of the translations, for a model with target tags (its tag is
-        put before each source, as `translate` puts it). Of `decode`, the length penalty, batch
+        put before each source, as `translate` puts it); `src_lang` the sources' language, for a
+        model with language codes (else the translator's). Of `decode`, the length penalty, batch
         size, source cap, shortlist and precision count; the search's settings (strategy, length
         limits, prefix, banned phrases, constraints, step rules, compile) have no part in
         scoring."""
         decode = decode or self.decode
         self.check(decode)
         pairs = read_pairs(
-            self.vocabs, self.tags.ids(tgt_lang), sources, translations, decode.max_src_pieces,
-            first_line, self.tags.forced(tgt_lang),
+            self.vocabs, self.tags.ids(tgt_lang, src_lang), sources, translations,
+            decode.max_src_pieces, first_line, self.tags.forced(tgt_lang),
         )  # fmt: skip
         stats = pairs.statistics(self.model, decode, self.device, lexicon=self.lexicon,
                                  entropy=False)  # fmt: skip
