@@ -9,7 +9,9 @@ The model is the random-weight twin of `scripts/bench_import.py --kind nllb` (12
 16 heads, ff 4096, 256,203 pieces: 615M parameters; its sentencepiece model trained on --text),
 written into --work once and reused. nmt imports it twice: whole, and with keep_text=--keep
 (`nmt.pretrained.trimming`). CTranslate2 converts it with its own Transformers converter (the
-twin's tokenizer.json read for the vocabulary, as transformers' NLLB tokenizer would give it).
+twin's tokenizer.json read for the vocabulary, as transformers' NLLB tokenizer would give it),
+and runs the trimmed import too, exported by `nmt-export format=ctranslate2` (`ct2_trimmed_*`):
+trimming is nmt's, and a CTranslate2 user gets it through the export.
 
 Each runner translates the first --sentences lines of --src from deu_Latn into eng_Latn, sorted
 by length in batches of --batch-size, with greedy search and beam search (--beam-size), at most
@@ -203,7 +205,8 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", help="run only these runners (names as printed)")
     args = parser.parse_args()
     work = args.work
-    twin, whole, trimmed, ct2 = (work / n for n in ("twin", "nmt", "nmt_trimmed", "ct2"))
+    names = ("twin", "nmt", "nmt_trimmed", "ct2", "ct2_trimmed")
+    twin, whole, trimmed, ct2, ct2_trimmed = (work / n for n in names)
     if not twin.is_dir():
         subprocess.run(
             [sys.executable, str(ROOT / "scripts" / "bench_import.py"), "--kind", "nllb",
@@ -220,6 +223,11 @@ def main() -> None:
         import_model(str(twin), trimmed, [str(k) for k in args.keep])
     if not ct2.is_dir():
         run_child("--convert", str(twin), str(ct2))
+    if not ct2_trimmed.is_dir():
+        from nmt.export.exporter import export_checkpoint
+        from nmt.run_config import ExportFormat
+
+        export_checkpoint(load_checkpoint(trimmed), ExportFormat.ctranslate2, ct2_trimmed)
     pieces = {
         name: load_checkpoint(d).payload["imported"].get("pieces", "all")
         for name, d in (("nmt", whole), ("nmt_trimmed", trimmed))
@@ -237,8 +245,10 @@ def main() -> None:
         runners.append(("hf_generate_fp32", {"engine": "hf", "threads": args.threads}))
     for threads in args.ct2_threads:
         for precision in args.ct2_types:
-            runners.append((f"ct2_{precision}_{threads}t", {"engine": "ct2", "model": str(ct2),
-                            "precision": precision, "threads": threads}))  # fmt: skip
+            for name, model in (("ct2", ct2), ("ct2_trimmed", ct2_trimmed)):
+                runners.append((f"{name}_{precision}_{threads}t", {"engine": "ct2",
+                                "model": str(model), "precision": precision,
+                                "threads": threads}))  # fmt: skip
     if args.only:
         runners = [(name, spec) for name, spec in runners if name in args.only]
     result: dict = {"pieces_kept": pieces, "settings": base}
