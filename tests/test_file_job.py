@@ -179,12 +179,16 @@ def test_a_second_job_on_an_output_being_written_is_refused_by_name(tmp_path):
 
 def test_every_ranks_warnings_are_said_by_rank_0(tmp_path, caplog):
     """A warning logged while rank 1 translates its chunk is said again by rank 0, which the
-    user watches (ranks other than 0 print none)."""
+    user watches (ranks other than 0 print none). The ranks warn at the same moment, so a rank
+    that also heard the other thread's warning would say it twice."""
     source = write(tmp_path / "in.txt", [f"line {i}" for i in range(8)])
     warner = logging.getLogger("nmt.test")
+    together = threading.Barrier(2, timeout=30)
 
     def warns(lines, first):
+        together.wait()  # both ranks inside their chunk: each one's handler is listening
         warner.warning("line %d is odd", first)
+        together.wait()
         return upper(lines, first)
 
     with caplog.at_level("WARNING"):

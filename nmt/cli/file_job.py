@@ -56,6 +56,7 @@ import secrets
 import shutil
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -355,14 +356,18 @@ class FileJob:
 
 
 class _Warnings(logging.Handler):
-    """The warnings nmt logs while a block runs (a chunk's translation), as their messages."""
+    """The warnings nmt logs while a block runs (a chunk's translation), as their messages:
+    only this thread's, since a handler on the "nmt" logger hears every thread of the process
+    (another job's chunk in a library caller, the ranks of a test)."""
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
         self.messages: list[str] = []
+        self._thread = threading.get_ident()
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
+        if record.thread == self._thread:
+            self.messages.append(record.getMessage())
 
     def __enter__(self) -> _Warnings:
         logging.getLogger("nmt").addHandler(self)
