@@ -167,7 +167,8 @@ def test_a_restored_model_shares_what_the_built_one_shares_and_takes_tensors_onl
     """restore_model builds on the meta device and loads the saved tensors as the parameters:
     tied weights are one parameter again (a GRU's output layer and target embedding; the
     Transformer's one table for both sides), the sinusoids are computed, the logits are the
-    saved model's; the model copies the checkpoint's tensors unless it is told to take them."""
+    saved model's; the model copies the checkpoint's tensors unless it is told to take them
+    (and then the checkpoint lets them go)."""
     vocabs = _vocabs(tmp_path / "vocab")
     cfg = _config(tmp_path, tie_embeddings=True)
     if family == "transformer":
@@ -180,12 +181,13 @@ def test_a_restored_model_shares_what_the_built_one_shares_and_takes_tensors_onl
     ckpt = load_checkpoint(path)
     batch = _batch(vocabs)
     for take in (False, True):
+        saved = {t.data_ptr() for t in ckpt.payload["model"].values()}
         restored = restore_model(ckpt, CPU, take)
         assert len(list(restored.parameters())) == len(list(model.parameters()))
         assert torch.equal(_logits(restored, batch), _logits(model, batch))
-        saved = {t.data_ptr() for t in ckpt.payload["model"].values()}
         held = {p.data_ptr() for p in restored.parameters()}
         assert (held <= saved) if take else not (held & saved)
+    assert ckpt.payload["model"] == {}  # taken: the checkpoint holds the tensors no more
     if family == "gru-tied":
         assert restored.decoder.out.weight is restored.decoder.embed.weight
     else:

@@ -91,6 +91,53 @@ def test_precision_int8_a_rows_product_does_not_depend_on_its_batch():
     assert torch.equal(product(torch.zeros(2, 16)), product.bias.expand(2, 30))
 
 
+def test_precision_int8_a_shortlists_rows_are_the_products_rows():
+    """A shortlist's output rows are the int8 columns and scales of the output layer as they
+    are: the same numbers as quantizing those fp32 rows afresh, without reading them."""
+    g = torch.Generator().manual_seed(1)
+    weight, bias = torch.randn(50, 16, generator=g), torch.randn(50, generator=g)
+    x, ids = torch.randn(6, 16, generator=g), torch.tensor([0, 5, 17, 49])
+    rows = Int8Product(weight, bias).rows(ids)
+    assert torch.equal(rows(x), Int8Product(weight[ids], bias[ids])(x))
+    assert rows(x).shape == (6, 4)
+
+
+def test_precision_int8_only_holds_no_fp32_product_weights_and_translates_as_the_copy(
+    train_small, demo_dir
+):
+    """A checkpoint loaded from its directory with decode.precision=int8 is held in int8
+    instead of fp32 (a Transformer's): no fp32 weight in its products, and the same translations
+    and scores as the int8 copy made beside the fp32 weights, with and without a shortlist; a
+    call in fp32 is refused by name. A recurrent model keeps its fp32 weights (its piece tables
+    are built from them)."""
+    from nmt.checkpoint import load_checkpoint
+
+    path = train_small("transformer")
+    beam = DecodeConfig(strategy=Strategy.beam, beam_size=3, precision=Precision.int8)
+    only = Translator.from_checkpoint(path, beam, "cpu")
+    beside = Translator.from_checkpoint(load_checkpoint(path), beam, "cpu")
+    assert only.int8_only and not beside.int8_only
+    products = [m for m in only.model.modules() if isinstance(m, Int8Linear)]
+    assert products and all(m.weight is None for m in products)
+    fp32_bytes = sum(p.numel() * p.element_size() for p in beside.model.parameters())
+    assert sum(p.numel() * p.element_size() for p in only.model.parameters()) < fp32_bytes
+    lines = (demo_dir / "test.de").read_text(encoding="utf-8").splitlines()[:40]
+    for decode in (beam, replace(beam, strategy=Strategy.greedy), replace(beam, shortlist=30)):
+        assert only.translate(lines, decode=decode) == beside.translate(lines, decode=decode)
+    greedy = replace(beam, strategy=Strategy.greedy)
+    found = only.translate_full(lines, decode=greedy)
+    scored = only.score(lines, [t.text for t in found])
+    assert [s.score for s in scored] == [
+        s.score for s in beside.score(lines, [t.text for t in found])
+    ]
+    # teacher forcing runs the search's int8 products: the search's own score, but where a
+    # last bit of fp32 upstream moves a rounding to int8
+    assert [s.score for s in scored] == pytest.approx([t.score for t in found], abs=0.05)
+    with pytest.raises(NMTError, match="holds int8 weights only; load it with decode.precision"):
+        only.translate(lines[:1], decode=replace(beam, precision=Precision.fp32))
+    assert not Translator.from_checkpoint(train_small("gru"), beam, "cpu").int8_only
+
+
 def test_precision_int8_copy_is_made_once_per_version_of_the_weights():
     model = random_model("gru-bahdanau")
     first = int8_copy(model)
@@ -158,7 +205,7 @@ def test_precision_int8_is_refused_where_it_cannot_run():
         check_precision(torch.device("cuda"), Precision.int8, "decode.precision")
     with pytest.raises(NMTError, match="decode.precision=int8 is not supported"):
         check_greedy(DecodeConfig(precision=Precision.int8))
-    with pytest.raises(NMTError, match="decode.precision=int8 is a setting of the search"):
+    with pytest.raises(NMTError, match="decode.precision=int8 scores a Transformer only"):
         from nmt.translation.scoring import score_ids
 
         score_ids(random_model("gru-bahdanau"), [[4, 3]], [[5]], INT8, CPU)

@@ -33,9 +33,9 @@ def restore_model(ckpt: Checkpoint, device: torch.device, take: bool = False) ->
     its parameters are copies of the checkpoint's tensors, or with `take` the tensors themselves:
     a caller that loaded the checkpoint for this model alone (`Translator.from_checkpoint` given
     a path) has it in memory once while it loads, not twice (an NLLB-600M-shaped import peaked
-    at 5.1 GB, twice its weights). Taken, the tensors are the model's: a change to one is a
-    change to the other. Parameters the model shares (tied embeddings and output layer) are
-    shared again after; a tensor saved in another dtype is converted."""
+    at 5.1 GB, twice its weights). Taken, the tensors are the model's and leave the checkpoint
+    (its payload's "model" is emptied). Parameters the model shares (tied embeddings and output
+    layer) are shared again after; a tensor saved in another dtype is converted."""
     with torch.device("meta"):
         model = build_model(
             ckpt.config.model, len(ckpt.vocabs.src), len(ckpt.vocabs.tgt), ckpt.vocabs.joint
@@ -64,6 +64,9 @@ def restore_model(ckpt: Checkpoint, device: torch.device, take: bool = False) ->
         owner, name = places[0]
         for module, other in places[1:]:
             setattr(module, other, getattr(owner, name))
+    if take:  # the model's now, and its alone: a weight it drops later (an int8 form's fp32
+        # products, nmt.models.int8) is freed then, not held on by the checkpoint
+        ckpt.payload["model"] = {}
     left = [n for n, t in (*model.named_parameters(), *model.named_buffers()) if t.is_meta]
     if left:  # a tensor neither saved nor computed at construction: a model this cannot load
         raise NMTError(f"{ckpt.path}: no weights for {', '.join(left)}")

@@ -25,7 +25,15 @@ each decoder is told, so that the products it writes out itself (a recurrent dec
 tables and gates, a Transformer's tied output layer, a shortlist's output rows) run in int8 too.
 The copy adds its int8 weights to the model's memory, a quarter of the fp32 ones. The search is
 the same search over the copy: int8 is a setting, and its BLEU against fp32 is measured
-(docs/benchmarks.md).
+(docs/benchmarks.md). A shortlist's output rows are the int8 layer's own columns (`rows`).
+
+Where nothing needs the fp32 weights, int8 holds its weights instead of them: a Translator that
+reads a checkpoint from its directory to decode in int8 makes the model itself int8 and drops the
+fp32 weights of its products (`quantize(model, keep_fp32=False)`, `holds_int8_only`). Kept in fp32:
+embedding tables (looked up in fp32; a tied output layer multiplies its own int8 copy of their
+rows), layer norms, biases, and the whole of a recurrent model (its per-piece tables are built from
+the fp32 weights whenever those change). Such a model scores in int8 too: a Transformer's teacher
+forcing runs the products of its int8 step.
 """
 
 from __future__ import annotations
@@ -77,6 +85,17 @@ class Int8Product:
             if tensor is not None and not per_batch:
                 sized_by_the_model(tensor)
 
+    def rows(self, ids: Tensor) -> Int8Product:
+        """The product with the output rows `ids` (C,) alone (a shortlist's): their int8 columns
+        and scales as they are, equal to quantizing those rows of the fp32 weight afresh (each
+        row has its own scale), without reading it. Sized per batch, as `per_batch`."""
+        rows = Int8Product.__new__(Int8Product)
+        rows.weight = self.weight.index_select(1, ids)  # (in, C)
+        rows.scales = self.scales.index_select(0, ids)
+        rows.bias = None if self.bias is None else self.bias.index_select(0, ids)
+        rows.out_features = ids.numel()
+        return rows
+
     def __call__(self, x: Tensor, add: Tensor | None = None) -> Tensor:
         """x (..., in) -> (..., out); `add` (R, out), when given, is added in the same pass (a
         weight made without bias only: a piece table's share of the gates)."""
@@ -110,8 +129,17 @@ class Int8Linear(nn.Linear):
         return self.product(x)
 
 
-def quantize(model: nn.Module) -> nn.Module:
-    """An int8 copy of `model` for translation on the CPU (see the module's notes)."""
+def quantize(model: nn.Module, keep_fp32: bool = True) -> nn.Module:
+    """An int8 form of `model` for translation on the CPU (see the module's notes).
+
+    `keep_fp32=True`: a copy, the model left as it was (its fp32 weights shared, not copied).
+    `keep_fp32=False`: the model itself is made int8 and its `nn.Linear` layers' fp32 weights are
+    dropped, for a translator that decodes in int8 alone (`holds_int8_only`): a Transformer
+    then holds a quarter of its product weights' memory. What still needs fp32 keeps it: the
+    embedding tables (looked up in fp32; a tied output layer multiplies their int8 rows), layer
+    norms and biases, and every weight of a model whose decoder reads fp32 weights while it
+    searches (`int8_reads_fp32`: a recurrent decoder's per-piece tables are built from them).
+    """
     if next(model.parameters()).device.type != "cpu":
         raise NMTError("decode.precision=int8 runs on the CPU (torch's x86 int8 kernels)")
     if not hasattr(torch, "_int_mm"):
@@ -119,19 +147,39 @@ def quantize(model: nn.Module) -> nn.Module:
             f"decode.precision=int8 needs torch's int8 GEMM (torch._int_mm), which torch "
             f"{torch.__version__} lacks: use decode.precision=fp32 or bf16"
         )
-    # the copy's modules are new, its fp32 parameters and buffers the model's own (deepcopy's
-    # memo): an int8 copy adds its int8 weights, not a second fp32 model (on an NLLB-600M-shaped
-    # model, 2.4 GB)
-    shared = {id(t): t for t in (*model.parameters(), *model.buffers())}
-    copied = copy.deepcopy(model, memo=shared).eval()
-    for module in list(copied.modules()):
+    if holds_int8(model):
+        return model
+    if keep_fp32:
+        # the copy's modules are new, its fp32 parameters and buffers the model's own
+        # (deepcopy's memo): an int8 copy adds its int8 weights, not a second fp32 model (on
+        # an NLLB-600M-shaped model, 2.4 GB)
+        shared = {id(t): t for t in (*model.parameters(), *model.buffers())}
+        model = copy.deepcopy(model, memo=shared)
+    model.eval()
+    drop = not keep_fp32 and not any(getattr(m, "int8_reads_fp32", False) for m in model.modules())
+    for module in list(model.modules()):
         for name, child in list(module.named_children()):
             if type(child) is nn.Linear:
-                setattr(module, name, Int8Linear(child))
-    for module in copied.modules():
-        if hasattr(module, "use_int8"):  # the decoders' own products
+                product = Int8Linear(child)
+                if drop:  # at once, layer by layer: the peak stays the fp32 model's
+                    product.weight = None
+                    child.weight = None
+                setattr(module, name, product)
+    for module in model.modules():
+        if hasattr(module, "use_int8"):  # the decoders' own products (read no dropped weight)
             module.use_int8()
-    return copied
+    model.int8_weights = "instead of fp32" if drop else "beside fp32"
+    return model
+
+
+def holds_int8(model: nn.Module) -> bool:
+    """Whether `model` is an int8 form made by `quantize` (a copy or the model made int8)."""
+    return hasattr(model, "int8_weights")
+
+
+def holds_int8_only(model: nn.Module) -> bool:
+    """Whether `model` was made int8 with its product weights' fp32 dropped (`quantize`)."""
+    return getattr(model, "int8_weights", None) == "instead of fp32"
 
 
 # model -> (what its parameters were, its int8 copy): the copy is made again when a parameter
@@ -140,7 +188,9 @@ _COPIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def int8_copy(model: nn.Module) -> nn.Module:
-    """`quantize(model)`, made once per version of the model's weights."""
+    """`quantize(model)`, made once per version of the model's weights; an int8 model itself."""
+    if holds_int8(model):
+        return model
     versions = [(p.data_ptr(), p._version) for p in model.parameters()]
     held = _COPIES.get(model)
     if held is None or held[0] != versions:

@@ -125,6 +125,10 @@ class RNNDecoder(nn.Module):
     projection to V (the most expensive layer) is applied once per call.
     """
 
+    # an int8 form keeps its fp32 weights: the per-piece tables are built from them (again
+    # whenever the weights change), and so are the products the step writes out (`PieceTables`)
+    int8_reads_fp32 = True
+
     def __init__(self, cfg: RNNConfig, vocab_size: int, rnn_input_size: int) -> None:
         super().__init__()
         self.cfg = cfg

@@ -28,7 +28,7 @@ from nmt.models.int8 import Int8Product
 class OutputRows:
     """Some rows of the output layer: logits = x weightᵀ + bias score those C target ids alone."""
 
-    weight: Tensor  # (C, H)
+    weight: Tensor | None  # (C, H); None in an int8 model that holds no fp32 output weights
     bias: Tensor | None  # (C,)
     int8: Int8Product | None = None  # the same product in int8 (an int8 model's, nmt.models.int8)
 
@@ -88,9 +88,12 @@ class Seq2Seq(nn.Module):
     def output_rows(self, ids: Tensor) -> OutputRows:
         """The output layer's rows for the target ids `ids` (C,): a shortlist's layer, sliced once
         per batch and used at every step (its product costs C/V of the full one)."""
+        product = getattr(self.decoder, "int8", None)
+        if isinstance(product, Int8Product):  # an int8 output layer: its int8 rows, as they are
+            return OutputRows(None, None, product.rows(ids))
         weight, bias = self.decoder.output_layer()
         rows = OutputRows(weight[ids], None if bias is None else bias[ids])
-        if getattr(self.decoder, "int8", False):  # an int8 model's rows multiply in int8 too
+        if product:  # an int8 recurrent model's rows multiply in int8 too
             rows.int8 = Int8Product(rows.weight, rows.bias, per_batch=True)
         return rows
 

@@ -24,7 +24,7 @@ from nmt.errors import NMTError
 from nmt.models.attention import group_rows, ungroup_rows
 from nmt.models.compiled import compiled
 from nmt.models.dropout import Dropout, dropout
-from nmt.models.int8 import Int8Product
+from nmt.models.int8 import Int8Linear, Int8Product
 from nmt.models.seq2seq import EncoderOutput, OutputRows
 from nmt.tokenizer import PAD
 
@@ -364,7 +364,10 @@ class TransformerDecoder(nn.Module):
     def use_int8(self) -> None:
         """Run the output layer in int8 (an int8 copy of the model, `nmt.models.int8`; its other
         layers are `Int8Linear`s already)."""
-        self.int8 = Int8Product(*self.output_layer())
+        if isinstance(self.out, Int8Linear):  # an untied output layer: its own product
+            self.int8 = self.out.product
+        else:
+            self.int8 = Int8Product(*self.output_layer())
 
     def output_layer(self) -> tuple[Tensor, Tensor | None]:
         """(weight (V, d), bias (V,)); tied, the first V rows of the embedding table."""

@@ -123,7 +123,8 @@ class Reranker:
             for segment, r in zip(request.segments, found)
         ]
         features = [[[_finite(score)] for _, score in r.nbest] for r in found]
-        # scores are fp32 or bf16 (an int8 main search is a setting of the search alone)
+        # scores are fp32 or bf16 (an int8 main search is a setting of the search alone), but
+        # by a rerank model that holds int8 weights only (`Translator.int8_only`)
         precision = request.settings.precision
         precision = Precision.fp32 if precision == Precision.int8 else precision
         scoring = replace(
@@ -143,8 +144,9 @@ class Reranker:
                     ("", "") if skip or rank >= len(r.nbest) else (r.source, r.nbest[rank][0])
                     for r, skip in zip(found, blank)
                 ]
+                own = replace(scoring, precision=Precision.int8) if reranker.int8_only else scoring
                 scored = reranker.score(
-                    [s for s, _ in pairs], [t for _, t in pairs], decode=scoring,
+                    [s for s, _ in pairs], [t for _, t in pairs], decode=own,
                     first_line=request.first_line, tgt_lang=request.tgt_lang,
                 )  # fmt: skip
                 for i, s in enumerate(scored):

@@ -12,6 +12,9 @@ With `decode.shortlist` the softmax is taken over each sentence's shortlist as t
 produce it. `decode.prefix` has no part in scoring (the whole translation is given). In fp32 the
 totals agree to float32 rounding; under bf16 only to bf16's (8 bits of mantissa): teacher forcing
 multiplies other shapes than a step does, and bf16 products round differently with the shape.
+In int8 (a Transformer's: its teacher forcing runs the int8 step's products, each input row
+quantized by its own magnitude) they agree but where a last bit of fp32 upstream moves a
+rounding to int8.
 
 Sentences are batched as the search batches them (`nmt.translation.inputs.length_batches`), sorted
 by target length, then source length: the decoder is where the time goes (a Bahdanau decoder steps
@@ -33,6 +36,7 @@ from nmt.data.batches import Batch, collate
 from nmt.device import autocast
 from nmt.errors import NMTError
 from nmt.lexicon import NO_LEXICON, Lexicon
+from nmt.models.int8 import int8_copy
 from nmt.models.seq2seq import Seq2Seq
 from nmt.tokenizer import EOS, UNK, Vocab, Vocabs, clean
 from nmt.translation.inputs import length_batches, read_sources
@@ -153,12 +157,15 @@ def piece_statistics(
     if cfg.shortlist and lexicon is None:
         raise NMTError(NO_LEXICON)
     if cfg.precision == Precision.int8:
-        # an int8 step writes its recurrent gates out, teacher forcing runs the fp32 cell: the
-        # two would not give the same numbers, and a score is the search's number or nothing
-        raise NMTError(
-            "decode.precision=int8 is a setting of the search: scores are computed in fp32 or "
-            "bf16 (decode.precision=fp32)"
-        )
+        if any(getattr(m, "int8_reads_fp32", False) for m in model.modules()):
+            # an int8 step writes its recurrent gates out, teacher forcing runs the fp32 cell:
+            # the two would not give the same numbers, and a score is the search's or nothing
+            raise NMTError(
+                "decode.precision=int8 scores a Transformer only: a recurrent model's scores "
+                "are computed in fp32 or bf16 (decode.precision=fp32)"
+            )
+        # a Transformer's teacher forcing runs the products of its int8 step
+        model = int8_copy(model)
     out: list[Tensor] = [torch.empty(0) for _ in src_ids]
     longest = max((len(s) for s in src_ids), default=0) + 1
     sizes = [(len(t) + 1) * longest + len(s) for s, t in zip(src_ids, tgt_ids)]  # tgt, then src

@@ -55,7 +55,7 @@ import torch
 from torch import Tensor
 
 from nmt.checkpoint import Checkpoint, load_checkpoint
-from nmt.config import DecodeConfig, Strategy
+from nmt.config import DecodeConfig, Precision, Strategy
 from nmt.data.starts import read_starts
 from nmt.device import check_precision, resolve_device
 from nmt.errors import NMTError
@@ -63,6 +63,7 @@ from nmt.lexicon import Lexicon, check_lexicon
 from nmt.models import restore_model
 from nmt.models.compiled import check_compile
 from nmt.models.ensemble import check_options, load_ensemble
+from nmt.models.int8 import holds_int8_only, quantize
 from nmt.models.seq2seq import Seq2Seq
 from nmt.run_config import CheckpointsConfig
 from nmt.tokenizer import EOS, Vocab, Vocabs, clean
@@ -167,16 +168,26 @@ class Translator:
         """The model of a checkpoint (a directory, or one already loaded) on `device`.
         `decode=None` makes the default what the run validated with (greedy unless it was
         trained with decode=beam). `src_lang`: the language of the sources, where the model
-        reads a code for it (an NLLB import); None: the checkpoint's data.src_lang."""
+        reads a code for it (an NLLB import); None: the checkpoint's data.src_lang.
+
+        A checkpoint read here (a directory) with a default of decode.precision=int8 is held as
+        int8 weights instead of fp32 ones where the model allows it (a Transformer: `int8_only`),
+        as CTranslate2 holds a model in the compute type it was loaded with: such a translator
+        decodes and scores in int8 alone. A Checkpoint object passed in keeps its fp32 weights
+        (its caller may use them), with an int8 copy beside them made at the first int8 call."""
         take = not isinstance(ckpt, Checkpoint)  # loaded here for this model alone
         if take:
             ckpt = load_checkpoint(ckpt)
         dev = resolve_device(device)
         data = ckpt.config.data
+        decode = decode or ckpt.config.decode
+        model = restore_model(ckpt, dev, take)
+        if take and decode.precision == Precision.int8 and dev.type == "cpu":
+            # no one else holds this model: int8 weights instead of fp32 ones (`int8_only`)
+            model = quantize(model, keep_fp32=False)
         translator = cls(
-            restore_model(ckpt, dev, take), ckpt.vocabs, dev, ckpt.lexicon,
-            decode or ckpt.config.decode, data.target_tags(), src_lang or data.src_lang,
-            data.language_codes,
+            model, ckpt.vocabs, dev, ckpt.lexicon, decode, data.target_tags(),
+            src_lang or data.src_lang, data.language_codes,
         )  # fmt: skip
         translator.sentence_starts = read_starts(ckpt.path)
         guided = ckpt.config.train.guided_alignment
@@ -228,11 +239,23 @@ class Translator:
             cfg.attention_member, cfg.src_lang,
         )  # fmt: skip
 
+    @property
+    def int8_only(self) -> bool:
+        """Whether the model holds int8 weights instead of fp32 ones (`from_checkpoint`): every
+        call then decodes and scores in decode.precision=int8."""
+        return holds_int8_only(self.model)
+
     def check(self, decode: DecodeConfig) -> None:
         """Raise NMTError if these settings cannot run here (precision, shortlist)."""
         if decode == self._checked:
             return
         check_precision(self.device, decode.precision, "decode.precision")
+        if self.int8_only and decode.precision != Precision.int8:
+            raise NMTError(
+                f"decode.precision={decode.precision.value}: this model was loaded with "
+                f"decode.precision=int8 and holds int8 weights only; load it with "
+                f"decode.precision={decode.precision.value} to decode so"
+            )
         if decode.compile:
             check_compile(self.device)
         if decode.shortlist:
