@@ -335,9 +335,6 @@ def test_every_tool_takes_the_import(nllb, demo_dir, tmp_path, capsys):
             "decode=greedy", "tgt_lang=eng_Latn"]  # fmt: skip
     assert cli.evaluate(args) == 0
     assert "BLEU" in capsys.readouterr().out
-    # the exported runtimes would translate without the codes: refused, nothing written
-    assert cli.export([f"ckpt={ours}", "format=onnx", f"out={tmp_path / 'onnx'}"]) == 2
-    assert "language codes" in capsys.readouterr().err and not (tmp_path / "onnx").exists()
 
 
 @pytest.mark.parametrize("strategy", [Strategy.greedy, Strategy.beam])
@@ -362,6 +359,34 @@ def test_ctranslate2_export_translates_as_nmt(nllb, demo_dir, tmp_path, strategy
         got = CT2Translator(out, decode, src_lang=src_lang).translate(texts, tgt_lang="eng_Latn")
         assert got == want, src_lang
     assert want != Translator.from_checkpoint(ours, decode, "cpu").translate(texts)  # read
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
+def test_exported_graphs_translate_as_nmt(nllb, demo_dir, tmp_path, fmt):
+    """nmt-export format=onnx|torchscript of an NLLB-shaped import: the exported runtime puts
+    the source's code before each source and forces the target's first, and writes what nmt's
+    greedy search writes, for the default source language and another; the export's README
+    says how."""
+    pytest.importorskip("onnxruntime" if fmt == "onnx" else "torch")
+    from nmt.export.runtime import ExportedTranslator
+
+    _, ours = nllb
+    out = tmp_path / fmt
+    assert cli.export([f"ckpt={ours}", f"format={fmt}", f"out={out}"]) == 0
+    assert "src_lang=" in (out / "README.md").read_text(encoding="utf-8")
+    texts = sentences(demo_dir)[:60]
+    decode = DecodeConfig(max_len_a=0.0, max_len_b=40)
+    seen = []
+    # into French too: a code this model does not write unforced, so the forcing is seen
+    for src_lang, tgt_lang in ((None, "eng_Latn"), ("fra_Latn", "eng_Latn"), (None, "fra_Latn")):
+        ours_now = Translator.from_checkpoint(ours, decode, "cpu", src_lang=src_lang)
+        want = ours_now.translate(texts, tgt_lang=tgt_lang)
+        exported = ExportedTranslator(out, decode, threads=1, src_lang=src_lang)
+        assert exported.translate(texts, tgt_lang=tgt_lang) == want, (src_lang, tgt_lang)
+        assert want not in seen  # each language read or forced changes what is written
+        seen.append(want)
+    with pytest.raises(NMTError, match="xx_Latn"):
+        ExportedTranslator(out, decode, threads=1).translate(texts[:1], tgt_lang="xx_Latn")
 
 
 def _fine_tune_args(ours: Path, demo_dir: Path, run: Path, *extra: str) -> list[str]:

@@ -59,13 +59,6 @@ def export_checkpoint(
 ) -> Path:
     """Write the export of `ckpt` to `out` (a new directory, or replaced with `overwrite`);
     `quantization` is CTranslate2's weight type (None: float32)."""
-    if ckpt.config.data.language_codes and fmt != ExportFormat.ctranslate2:
-        raise NMTError(
-            f"format={fmt.value} of a model with language codes (an NLLB-200, M2M-100 or "
-            "mBART-50 import) is not supported yet: its runtime does not put the source's code "
-            "before a source nor force the target's; export it with format=ctranslate2, or "
-            "translate it with nmt-translate, nmt-serve or the library"
-        )
     if fmt == ExportFormat.ctranslate2:
         from nmt.export.ct2 import check_convertible
 
@@ -157,7 +150,7 @@ def _codes_note(manifest: dict) -> str:
     codes = manifest.get("language_codes")
     if not codes:
         return ""
-    src = codes.get(manifest.get("src_lang"), next(iter(codes.values())))
+    src = _source_code(manifest)
     return (
         "\nThis model reads the source's language code before its pieces and starts each "
         "translation with the target's (`language_codes` in the manifest; nmt.export.ct2."
@@ -303,6 +296,28 @@ def _compare(what: str, expected: dict[str, np.ndarray], got: dict[str, np.ndarr
             )
 
 
+def _source_code(manifest: dict) -> str:
+    """The code of the manifest's default source language (its first code without one)."""
+    codes = manifest["language_codes"]
+    return codes.get(manifest.get("src_lang"), next(iter(codes.values())))
+
+
+def _graphs_codes_note(manifest: dict) -> str:
+    """How the graphs of a model with language codes are fed (none for others)."""
+    codes = manifest.get("language_codes")
+    if not codes:
+        return ""
+    return (
+        "\nThis model reads the source's language code before its pieces and starts each "
+        "translation with the target's (`language_codes` in the manifest; ExportedTranslator "
+        f"does both: `ExportedTranslator(DIR, src_lang='{manifest.get('src_lang')}')."
+        "translate(texts, tgt_lang=...)`, languages as the manifest names them). By hand: "
+        f"`src` is the id of `{_source_code(manifest)}`, then the pieces and EOS; the first step "
+        "is fed BOS and the target code is forced as the first output, before the model "
+        "chooses.\n"
+    )
+
+
 # ---- the README of an export directory ----------------------------------------------------------
 
 
@@ -341,5 +356,5 @@ def readme(fmt: ExportFormat, manifest: dict) -> str:
         "encoder outputs named in `state`); each step returns `log_probs` (B, V) and the new "
         "state (`new_*` outputs become the next step's inputs). Stop a row at EOS. Where the "
         "manifest names `src_pieces` / `tgt_pieces`, the vocabulary is pruned: model id i is "
-        "the sentencepiece id on line i of that file.\n"
+        "the sentencepiece id on line i of that file.\n" + _graphs_codes_note(manifest)
     )

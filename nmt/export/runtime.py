@@ -103,8 +103,14 @@ class ExportedTranslator:
     settings are refused (`check_greedy`, `check_supported`)."""
 
     def __init__(
-        self, directory: str | Path, decode: DecodeConfig | None = None, threads: int = 0
+        self,
+        directory: str | Path,
+        decode: DecodeConfig | None = None,
+        threads: int = 0,
+        src_lang: str | None = None,
     ) -> None:
+        """`src_lang`: the sources' language, for a model with language codes (an NLLB-200 or
+        M2M-100 import: its code is put before each source; None: the manifest's src_lang)."""
         self.directory = Path(directory)
         self.manifest = read_manifest(self.directory)
         kind = self.manifest.get("format")
@@ -120,7 +126,7 @@ class ExportedTranslator:
         self.decode = check_greedy(decode or DecodeConfig(**self.manifest["decode"]))
         self.vocabs = Vocabs(*manifest_vocabs(self.directory, self.manifest))
         self.src_vocab, self.tgt_vocab = self.vocabs.src, self.vocabs.tgt
-        self.tags = manifest_tags(self.manifest, self.src_vocab)
+        self.tags = manifest_tags(self.manifest, self.src_vocab, src_lang)
 
     def translate(
         self,
@@ -137,13 +143,15 @@ class ExportedTranslator:
         logged. `decode` (default: the one given at construction) sets the limits and the batch
         size, and its `prefix` starts every translation; `prefixes` (one per text, "" for none) take
         its place, as the Translator's; `tgt_lang` puts the language's target tag before each source
-        (the manifest's `target_tags`), as the Translator does."""
+        (the manifest's `target_tags`), or with language codes forces its code first (the
+        source's code before each source), as the Translator does."""
         request = Request(
             texts, decode or self.decode, prefixes, tgt_lang=tgt_lang, first_line=first_line
         )
         check_supported(request, "exported graphs' greedy loop")
         check_greedy(request.settings)
-        prepared = prepare(request, self.vocabs, self.tags.ids(tgt_lang, request.src_lang))
+        tag = self.tags.ids(tgt_lang, request.src_lang)
+        prepared = prepare(request, self.vocabs, tag, code=self.tags.forced(tgt_lang))
         live = [text for text in prepared.texts if text.src]
         decoded = self.greedy([t.src for t in live], prepared.settings, [t.prefix for t in live])
         outputs = iter(self.tgt_vocab.decode([d.tokens for d in decoded]) if decoded else [])
