@@ -17,7 +17,8 @@ Each runner translates the first --sentences lines of --src from deu_Latn into e
 by length in batches of --batch-size, with greedy search and beam search (--beam-size), at most
 --max-len target pieces: nmt's `Translator` (fp32, and decode.precision=int8) and a
 `ctranslate2.Translator` (--ct2-types, int8 by default, on each of --ct2-threads: 1 and 2) with
-the source code first and the target code as the target prefix; with --hf, Hugging Face
+the source code first and the target code as the target prefix (`*_int8_compiled`: nmt's int8
+with decode.compile=true, the warm-up run compiling its graphs); with --hf, Hugging Face
 `generate` on the twin itself (fp32, forced_bos_token_id). Random weights seldom end a
 sentence, so nearly every output runs to the limit: the work per sentence is the same in every
 runner, and pieces/s is the fairer figure. Every
@@ -50,6 +51,7 @@ def nmt_runner(spec: dict, texts: list[str]):
         strategy=Strategy.beam if spec["beam"] > 1 else Strategy.greedy,
         beam_size=spec["beam"], length_penalty=LengthPenalty.average, max_len_a=0.0,
         max_len_b=spec["max_len"], batch_size=spec["batch_size"], precision=spec["precision"],
+        compile=spec.get("compile", False),
     )  # fmt: skip
     translator = Translator.from_checkpoint(spec["model"], decode, "cpu", src_lang=SRC)
 
@@ -241,6 +243,9 @@ def main() -> None:
         for precision in ("fp32", "int8"):
             runners.append((f"{name}_{precision}", {"engine": "nmt", "model": str(model),
                             "precision": precision, "threads": args.threads}))  # fmt: skip
+        # the compiled int8 step (decode.compile=true), nmt's fastest path on the CPU
+        compiled = {"engine": "nmt", "model": str(model), "precision": "int8", "compile": True}
+        runners.append((f"{name}_int8_compiled", {**compiled, "threads": args.threads}))
     if args.hf:
         runners.append(("hf_generate_fp32", {"engine": "hf", "threads": args.threads}))
     for threads in args.ct2_threads:
