@@ -130,6 +130,27 @@ def test_output_equals_generate(mbart, demo_dir, beams):
     assert len(set(want)) > 60
 
 
+@pytest.mark.parametrize("strategy", [Strategy.greedy, Strategy.beam])
+def test_ctranslate2_export_translates_as_nmt(mbart, demo_dir, tmp_path, strategy):
+    """nmt-export format=ctranslate2 of an mBART-50 import: the embeddings' LayerNorm
+    (layernorm_embedding), learned positions and the language codes carried over, CTranslate2
+    writes what nmt writes on 60 sentences (the export fails without the LayerNorm's weights)."""
+    pytest.importorskip("ctranslate2")
+    from nmt.cli import main as cli
+    from nmt.export.ct2 import CT2Translator
+
+    _, ours = mbart
+    out = tmp_path / "ct2"
+    assert cli.export([f"ckpt={ours}", "format=ctranslate2", f"out={out}"]) == 0
+    texts = _sentences(demo_dir)[:60]
+    decode = DecodeConfig(strategy=strategy, beam_size=4, max_len_a=0.0, max_len_b=40)
+    want = Translator.from_checkpoint(ours, decode, "cpu", src_lang="de_DE").translate(
+        texts, tgt_lang="en_XX"
+    )
+    got = CT2Translator(out, decode, src_lang="de_DE").translate(texts, tgt_lang="en_XX")
+    assert got == want and len(set(want)) > 30
+
+
 def test_mbart_cc25_layout_is_refused(mbart, tmp_path):
     hf_dir, _ = mbart
     odd = tmp_path / "cc25"

@@ -11,6 +11,8 @@ decoder specs are filled from our state dict by a `Converter` subclass. How our 
   interleaved, positions from 1), so the encodings always go in as a table: our sinusoids for
   `max(max_positions, 1024)` positions, or the learned table. Our learned positions reuse the last
   row past `max_positions`; CTranslate2 cannot, so `decode_options` caps the lengths there.
+- `embed_norm` (mBART's `layernorm_embedding`) -> the spec's `layernorm_embedding`, applied after
+  the scaled embedding plus positions, as ours is.
 - `scale_embeddings` -> the spec's `scale_embeddings` (sqrt(d_model)); shared embeddings and a tied
   output projection are the same array in several places (CTranslate2 stores it once).
 - attention: our fused key/value projection is the spec's fused [K; V] linear of cross-attention;
@@ -82,8 +84,6 @@ def check_convertible(cfg: ModelConfig) -> None:
         raise NMTError(f"format=ctranslate2: unknown model.arch {cfg.arch!r}")
     if cfg.activation not in ACTIVATIONS:  # a value added later
         raise NMTError(f"format=ctranslate2: model.activation={cfg.activation.value} unsupported")
-    if cfg.embed_norm:
-        raise NMTError("format=ctranslate2: model.embed_norm=true is not converted yet")
 
 
 def write_ctranslate2(ckpt: Checkpoint, out: Path, quantization: str | None = None) -> dict:
@@ -125,12 +125,11 @@ def build_spec(ckpt: Checkpoint):
     weights = {k: v.detach().float().cpu().numpy() for k, v in ckpt.payload["model"].items()}
     activation = getattr(common_spec.Activation, ACTIVATIONS[cfg.activation])
     pre = cfg.norm == Norm.pre
-    encoder = transformer_spec.TransformerEncoderSpec(
-        cfg.encoder_layers, cfg.heads, pre_norm=pre, activation=activation
-    )
-    decoder = transformer_spec.TransformerDecoderSpec(
-        cfg.decoder_layers, cfg.heads, pre_norm=pre, activation=activation
-    )
+    # embed_norm (mBART's layernorm_embedding): CTranslate2 normalises after the scaled
+    # embedding plus positions, as nmt's Embedding does
+    side = {"pre_norm": pre, "activation": activation, "layernorm_embedding": cfg.embed_norm}
+    encoder = transformer_spec.TransformerEncoderSpec(cfg.encoder_layers, cfg.heads, **side)
+    decoder = transformer_spec.TransformerDecoderSpec(cfg.decoder_layers, cfg.heads, **side)
     _fill_side(encoder, weights, "encoder", cfg, encoder.embeddings[0])
     _fill_side(decoder, weights, "decoder", cfg, decoder.embeddings)
     for i, layer in enumerate(encoder.layer):
@@ -168,7 +167,8 @@ def _scope(weights: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]
 
 
 def _fill_side(side, weights: dict, name: str, cfg: TransformerConfig, embeddings) -> None:
-    """Embeddings, scaling, position table and (pre-norm) final LayerNorm of one side."""
+    """Embeddings, scaling, position table, the embeddings' LayerNorm (`embed_norm`) and the
+    (pre-norm) final LayerNorm of one side."""
     w = _scope(weights, f"{name}.")
     embeddings.weight = w["embed.table.weight"]
     side.scale_embeddings = bool(cfg.scale_embeddings)
@@ -177,6 +177,8 @@ def _fill_side(side, weights: dict, name: str, cfg: TransformerConfig, embedding
     else:
         table = sinusoids(_position_rows(cfg), cfg.d_model, layout=cfg.positions).numpy()
     side.position_encodings.encodings = table
+    if cfg.embed_norm:
+        _layer_norm(side.layernorm_embedding, _scope(w, "embed.norm."))
     if cfg.norm == Norm.pre:
         _layer_norm(side.layer_norm, _scope(w, "norm."))
 
