@@ -1,10 +1,14 @@
-"""Peak memory and time of fine-tuning an NLLB-200 model of nllb-200-distilled-600M's shape, in
-full and with LoRA, on the CPU. Prints JSON.
+"""Peak memory and time of fine-tuning an NLLB-200 model of nllb-200-distilled-600M's shape (or,
+with --kind marian, a Marian model of OPUS-MT de-en's), in full and with LoRA, on the CPU. Prints
+JSON.
 
     python scripts/bench_lora_memory.py --data-dir ../shared/data/multi30k --work runs/lora_mem
+    python scripts/bench_lora_memory.py --kind marian --data-dir ../shared/data/multi30k \
+        --work runs/lora_mem_marian
 
 The model is the random-weight twin of `scripts/bench_import.py --kind nllb` (12+12 layers, d 1024,
-16 heads, ff 4096, 256,203 pieces: 615M parameters), written into --work once, imported with
+16 heads, ff 4096, 256,203 pieces: 615M parameters; --kind marian: 6+6 layers, d 512, 58,101
+pieces, 74M), written into --work once, imported with
 nmt-import (whole; with --keep FILES also trimmed to their pieces, a second model) and reused.
 Each fine-tune is `nmt-train --config-dir IMPORT model=imported train.init_from=IMPORT` on the
 first --pairs pairs of Multi30k de-en (deu_Latn -> eng_Latn) for --updates optimizer updates of
@@ -62,7 +66,8 @@ def fine_tune(model: Path, run: Path, data: Path, args, *extra: str) -> dict:
     argv = [
         "--config-dir", str(model), "model=imported", f"train.init_from={model}",
         "data=multi30k", f"data.local_dir={data}", f"data.cache_dir={run.parent / 'cache'}",
-        "+data.language_codes.de=deu_Latn", "+data.language_codes.en=eng_Latn",
+        *(["+data.language_codes.de=deu_Latn", "+data.language_codes.en=eng_Latn"]
+          if args.kind == "nllb" else []),
         f"run_dir={run}", f"train.max_steps={args.updates}", f"train.valid_every={args.updates}",
         f"train.batch_tokens={args.batch_tokens}", "train.valid_bleu=false",
         "train.calibrate=false", "train.metric=loss", "train.tensorboard=false",
@@ -99,6 +104,7 @@ def main() -> None:
         tune_child(json.loads(sys.argv[2]))
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kind", choices=["nllb", "marian"], default="nllb", help="the twin")
     parser.add_argument("--data-dir", type=Path, required=True, help="Multi30k's plain files")
     parser.add_argument("--work", type=Path, required=True, help="the twin, imports and runs")
     parser.add_argument("--keep", type=Path, nargs="*", default=[], help="also a trimmed import")
@@ -113,11 +119,11 @@ def main() -> None:
     twin = work / "twin"
     if not twin.is_dir():
         subprocess.run(
-            [sys.executable, str(ROOT / "scripts" / "bench_import.py"), "--kind", "nllb",
+            [sys.executable, str(ROOT / "scripts" / "bench_import.py"), "--kind", args.kind,
              "--text", str(args.data_dir / "train.de"), "--write-twin", str(twin)],
             check=True, cwd=ROOT,
         )  # fmt: skip
-        (twin / "pytorch_model.bin").unlink()  # the safetensors file is enough here
+        (twin / "pytorch_model.bin").unlink(missing_ok=True)  # safetensors is enough here
     from nmt.pretrained.importer import import_model
 
     models = {"whole": work / "nmt"}
