@@ -237,6 +237,31 @@ def test_interactive_prompt_shows_translation_and_attention(trained, tmp_path, m
     assert png.stat().st_size > 1000
 
 
+def test_interactive_prompt_translates_a_paragraph_as_a_pipe_does(trained, monkeypatch, capsys):
+    """A line of two sentences typed at the prompt is split and rejoined, as nmt-translate
+    gives it from a pipe (not translated as one long sentence); with alignments=true its
+    alignment column follows; a one-sentence line keeps the prompt's own display."""
+    from nmt.cli.translate import LineFormat, repl, translate_stream
+    from nmt.run_config import TranslateRunConfig
+    from nmt.translation.translator import Translator
+
+    paragraph = "Ich sehe einundzwanzig rote Äpfel. Er zählt zwölf Katzen."
+    ckpt = trained / "checkpoints" / "best"
+    translator = Translator.from_checkpoint(ckpt, device="cpu")
+    for cfg in (TranslateRunConfig(str(ckpt)), TranslateRunConfig(str(ckpt), alignments=True)):
+        piped = list(translate_stream(translator, [paragraph + "\n"], fmt=LineFormat(text=cfg)))
+        type_into_repl(monkeypatch, [paragraph])
+        repl(translator, cfg)
+        assert capsys.readouterr().out.splitlines() == [p.rstrip("\n") for p in piped]
+    assert (
+        piped[0].count("\t") == 1
+        and piped[0].split("\t")[0] != translator.translate([paragraph])[0]
+    )  # the pipe splits: not the paragraph read as one sentence
+    type_into_repl(monkeypatch, ["Er zählt zwölf Katzen."])
+    repl(translator, TranslateRunConfig(str(ckpt), show_attention=True))
+    assert len(capsys.readouterr().out.splitlines()) > 2  # the translation and its attention
+
+
 def test_interactive_prompt_lists_the_n_best_with_scores(trained, monkeypatch, capsys):
     from nmt.cli.translate import repl
     from nmt.config import DecodeConfig, Strategy

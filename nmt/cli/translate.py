@@ -43,6 +43,7 @@ from nmt.data.splits import read_lines
 from nmt.distributed import Dist, from_environment
 from nmt.documents.alignment import moses
 from nmt.documents.files import open_document, translate_segments
+from nmt.documents.sentences import split
 from nmt.documents.texts import translate_texts
 from nmt.errors import NMTError
 from nmt.run_config import TranslateRunConfig, flatten
@@ -371,6 +372,8 @@ def repl(translator: Translator, cfg: TranslateRunConfig) -> None:
     with contextlib.suppress(ImportError):
         import readline  # noqa: F401
     print(REPL_HELP, file=sys.stderr)
+    calibration = for_checkpoint(cfg.ckpts[0], search_kind(cfg.decode)) if cfg.confidence else None
+    text_format = LineFormat(tgt_lang=cfg.tgt_lang, text=cfg, calibration=calibration)
     typed = 0  # numbers the sentences in length warnings
     last, prefix = "", cfg.decode.prefix
     include, avoid = list(cfg.decode.constraints), list(cfg.decode.banned)
@@ -418,6 +421,18 @@ def repl(translator: Translator, cfg: TranslateRunConfig) -> None:
             continue
         else:
             typed += 1
+        if not tree and not (prefix or include or avoid) and as_text(translator, cfg, line):
+            # a paragraph, markup, or columns asked for: the line as a pipe gives it (sentences
+            # split and rejoined, tags placed, alignment and confidence columns), not the one
+            # sentence the display below is for
+            try:
+                print(_text_lines(translator, [line], typed, decode, text_format)[0], flush=True)
+            except KeyboardInterrupt:
+                print("(translation cancelled)", file=sys.stderr)
+            except NMTError as err:
+                print(f"nmt: {err}", file=sys.stderr)
+            last = line
+            continue
         try:
             request = Request(
                 [line], decode, [prefix], avoid, [include], cfg.tgt_lang, attention=True,
@@ -437,6 +452,16 @@ def repl(translator: Translator, cfg: TranslateRunConfig) -> None:
             print(format_tree(result.tree))
             continue
         _show(result, cfg, line)
+
+
+def as_text(translator: Translator, cfg: TranslateRunConfig, line: str) -> bool:
+    """Whether a line typed at the prompt is more than the one plain sentence the prompt's own
+    display shows (its translation, n-best, attention): several sentences (split_sentences),
+    markup (format), or alignment or confidence columns asked for."""
+    if cfg.alignments or cfg.confidence or cfg.format not in (TextFormat.text, TextFormat.auto):
+        return True
+    parts = split(line, translator.source_language or "", translator.sentence_starts)
+    return cfg.split_sentences and len(parts.sentences) > 1
 
 
 def _show(result: Translation, cfg: TranslateRunConfig, line: str) -> None:
