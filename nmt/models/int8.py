@@ -156,7 +156,7 @@ def quantize(model: nn.Module, keep_fp32: bool = True) -> nn.Module:
         shared = {id(t): t for t in (*model.parameters(), *model.buffers())}
         model = copy.deepcopy(model, memo=shared)
     model.eval()
-    drop = not keep_fp32 and not any(getattr(m, "int8_reads_fp32", False) for m in model.modules())
+    drop = not keep_fp32 and not reads_fp32(model)
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
             if type(child) is nn.Linear:
@@ -170,6 +170,13 @@ def quantize(model: nn.Module, keep_fp32: bool = True) -> nn.Module:
             module.use_int8()
     model.int8_weights = "instead of fp32" if drop else "beside fp32"
     return model
+
+
+def reads_fp32(model: nn.Module) -> bool:
+    """Whether `model`'s int8 form still reads fp32 weights while it searches (a recurrent
+    decoder's piece tables and step products, `int8_reads_fp32`): its fp32 weights are kept, and
+    its teacher forcing is not its int8 step."""
+    return any(getattr(m, "int8_reads_fp32", False) for m in model.modules())
 
 
 def holds_int8(model: nn.Module) -> bool:

@@ -36,7 +36,7 @@ from nmt.data.batches import Batch, collate
 from nmt.device import autocast
 from nmt.errors import NMTError
 from nmt.lexicon import NO_LEXICON, Lexicon
-from nmt.models.int8 import int8_copy
+from nmt.models.int8 import int8_copy, reads_fp32
 from nmt.models.seq2seq import Seq2Seq
 from nmt.tokenizer import EOS, UNK, Vocab, Vocabs, clean
 from nmt.translation.inputs import length_batches, read_sources
@@ -157,7 +157,7 @@ def piece_statistics(
     if cfg.shortlist and lexicon is None:
         raise NMTError(NO_LEXICON)
     if cfg.precision == Precision.int8:
-        if any(getattr(m, "int8_reads_fp32", False) for m in model.modules()):
+        if reads_fp32(model):
             # an int8 step writes its recurrent gates out, teacher forcing runs the fp32 cell:
             # the two would not give the same numbers, and a score is the search's or nothing
             raise NMTError(
