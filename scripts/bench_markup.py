@@ -2,12 +2,16 @@
 what they cost, printed as JSON.
 
     python scripts/bench_markup.py runs/NAME/checkpoints/best --data ../shared/data/multi30k \\
-        [--lines 200] [--repeats 3]
+        [--lines 200] [--repeats 3] [--split val]
 
-- `paragraphs`: test2016's sentences joined three a line, translated with sentence splitting and
-  without, against the same sentences one a line (each BLEU against the joined references, its
-  sacreBLEU signature beside it); `lost` counts paragraphs whose translation has fewer than
-  three quarters of the words of the sentence-by-sentence one (a sentence dropped).
+- `paragraphs`: test2016's sentences (`--split`) joined three a line, translated with sentence
+  splitting and without, against the same sentences one a line (each BLEU against the joined
+  references, its sacreBLEU signature beside it); `lost` counts paragraphs whose translation
+  has fewer than three quarters of the words of the sentence-by-sentence one (a sentence
+  dropped). `unpunctuated`: the same paragraphs with the final punctuation of their first two
+  sentences taken off. `_unchecked`: without the check for skipped sentences
+  (nmt.documents.recovery), whose `cut` counts the sentences it cut in two; `would_cut` the
+  sentences one a line it would cut if they were checked.
 - `tags`: `--lines` test lines with one source word wrapped in <b>...</b>, a word whose
   translation the training text gives (the target word most often on the same line, Dice
   >= 0.5, each the other's best) and that the reference holds. `kept` counts outputs with
@@ -36,15 +40,20 @@ from sacrebleu.metrics import BLEU
 
 from nmt.config import TextFormat, TextOptions
 from nmt.data.splits import read_lines
+from nmt.data.starts import SentenceEdges
 from nmt.device import describe
-from nmt.documents.alignment import Reading, word_alignment
+from nmt.documents.alignment import Reading, reading_of, word_alignment
 from nmt.documents.blocks import translate_blocks
 from nmt.documents.inline import lift_markup, place
+from nmt.documents.recovery import recovery_cut
+from nmt.documents.sentences import split
 from nmt.documents.texts import read_block, translate_texts
 from nmt.metrics import median_seconds
+from nmt.translation.request import Request
 from nmt.translation.translator import Translator
 
 WORD = re.compile(r"[^\W\d_]+")
+FINAL = re.compile(r"[.!?]+\s*$")
 
 
 def words(line: str) -> list[str]:
@@ -88,32 +97,62 @@ def main() -> None:
     parser.add_argument("--data", type=Path, required=True, help="multi30k's files")
     parser.add_argument("--lines", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--split",
+        default="test_2016_flickr",
+        help="the held-out pair: test_2016_flickr, or val to choose settings on",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     translator = Translator.from_checkpoint(args.ckpt, device="cpu")
-    src = read_lines(args.data / "test_2016_flickr.de")
-    ref = read_lines(args.data / "test_2016_flickr.en")
+    src = read_lines(args.data / f"{args.split}.de")
+    ref = read_lines(args.data / f"{args.split}.en")
     decode = translator.decode
-    report: dict = {"checkpoint": args.ckpt, "machine": describe(torch.device("cpu"))}
+    report: dict = {
+        "checkpoint": args.ckpt,
+        "split": args.split,
+        "machine": describe(torch.device("cpu")),
+    }
     bleu = BLEU()
 
     # paragraphs
     n = len(src) // 3 * 3
     paragraphs = [" ".join(src[i : i + 3]) for i in range(0, n, 3)]
+    # the same without the full stops of the first two sentences: joins only start words and
+    # the model's attention can find (nmt.documents.sentences, nmt.documents.recovery)
+    bare = [" ".join([*(FINAL.sub("", s) for s in src[i : i + 2]), src[i + 2]])
+            for i in range(0, n, 3)]  # fmt: skip
     joined_refs = [" ".join(ref[i : i + 3]) for i in range(0, n, 3)]
     plain = TextOptions(format=TextFormat.text, protect=[])
     one = [r.text for r in translate_texts(translator, src[:n], decode, plain)]
     by_sentence = [" ".join(one[i : i + 3]) for i in range(0, n, 3)]
+    edges = translator.sentence_edges
     rows = {}
-    for wanted in (True, False):
+    for name, texts, wanted, checked in [
+        ("split", paragraphs, True, True),
+        ("split_unchecked", paragraphs, True, False),
+        ("unsplit", paragraphs, False, False),
+        ("unpunctuated", bare, True, True),
+        ("unpunctuated_unchecked", bare, True, False),
+    ]:
+        translator.sentence_edges = edges if checked else SentenceEdges()
         options = replace(plain, split_sentences=wanted)
-        out = [r.text for r in translate_texts(translator, paragraphs, decode, options)]
+        results = translate_texts(translator, texts, decode, options)
+        out = [r.text for r in results]
         lost = sum(len(o.split()) < 0.75 * len(s.split()) for o, s in zip(out, by_sentence))
-        rows["split" if wanted else "unsplit"] = {
-            "bleu": round(bleu.corpus_score(out, [joined_refs]).score, 2),
-            "lost": lost,
-        }
+        rows[name] = {"bleu": round(bleu.corpus_score(out, [joined_refs]).score, 2), "lost": lost}
+        if checked:  # sentences the check cut off (more parts than the splitter made)
+            language = translator.source_language or "en"
+            parts = sum(len(split(t, language, translator.sentence_starts).sentences)
+                        for t in texts)  # fmt: skip
+            rows[name]["cut"] = sum(len(r.sentences) for r in results) - parts
+    translator.sentence_edges = edges
     rows["one_a_line"] = {"bleu": round(bleu.corpus_score(by_sentence, [joined_refs]).score, 2)}
+    # sentences one a line are not checked; how many the check would cut if they were
+    alone = translator.run(translator.prepare(Request(src[:n], decode, attention=True)))
+    skip = len(translator.tags.ids(None))
+    would = [recovery_cut(t, skip, reading_of(translator), edges) for t in alone]
+    rows["one_a_line"]["would_cut"] = sum(w is not None for w in would)
     report["paragraphs"] = {
         "count": len(paragraphs),
         **rows,

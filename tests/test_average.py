@@ -67,6 +67,7 @@ def test_nmt_average_writes_a_checkpoint_that_loads_and_translates(run, capsys):
         "config.yaml",
         "lexicon.pt",
         "pieces.tgt.tsv",
+        "sentence_edges.json",
         "sentence_starts.txt",
         "spm.model",
     ]

@@ -10,13 +10,14 @@ import pytest
 from lxml import etree
 
 from nmt.config import TextFormat, TextOptions
-from nmt.data.starts import learn_starts
+from nmt.data.starts import learn_edges, learn_starts
 from nmt.documents import html, markdown, srt
 from nmt.documents.alignment import moses, piece_words
+from nmt.documents.blocks import Plan, spread
 from nmt.documents.files import open_document
 from nmt.documents.inline import lift_markup, place
 from nmt.documents.segments import wrap
-from nmt.documents.sentences import split
+from nmt.documents.sentences import Split, split
 from nmt.documents.texts import read_block
 from nmt.errors import NMTError
 
@@ -91,6 +92,31 @@ def test_start_words_are_those_that_begin_sentences_and_hardly_occur_inside_them
     assert learn_starts(lines) == ["Der", "Zwei"]
     assert learn_starts(lines, share=1.0) == ["Ein", "Der", "Zwei"]
     assert learn_starts(lines, least=11) == []
+
+
+def test_sentence_edges_count_starts_and_ends_without_closing_punctuation():
+    lines = ["Ein Mann läuft.", "Der Mann sieht ein Schild", ">>en<< Kinder spielen.", "Kinder."]
+    edges = learn_edges(lines)
+    assert "Mann" not in edges.counts and edges.counts["Schild"] == (0, 1, 1)
+    assert edges.counts["Kinder"] == (2, 1, 2)  # the tag is not a word; "Kinder." both
+    assert edges.start_share("Kinder,") == 2 / 3 and edges.end_share("Schild") == 1 / 2
+    assert edges.start_share("Mann") == 0 and edges.end_share("nie") == 0  # not kept
+    assert not learn_edges([]) and learn_edges(lines, most=1).counts.keys() == {"Kinder"}
+
+
+def test_a_sentence_cut_in_two_keeps_the_whitespace_and_the_plan_its_order():
+    parts = Split(["Ein Hund läuft  Er bellt.", "Die Katze schläft."], [" ", "\t", "\n"])
+    cut = parts.cut(0, 3)
+    assert cut.sentences == ["Ein Hund läuft", "Er bellt.", "Die Katze schläft."]
+    assert cut.gaps == [" ", "  ", "\t", "\n"]
+    assert cut.join(cut.sentences) == parts.join(parts.sentences)
+    other = Split(["A b c d.", "E f g h."], ["", " ", ""])
+    plan = Plan([None, None], [parts, other], [False, False], [True, True])
+    cuts = {0: 3, 3: 2}  # the first block's first sentence, the second's second
+    assert plan.cut(cuts).sentences == [
+        "Ein Hund läuft", "Er bellt.", "Die Katze schläft.", "A b c d.", "E f", "g h."
+    ]  # fmt: skip
+    assert spread(["x", "y", "z", "w"], cuts) == [None, None, "y", "z", None, None]
 
 
 def test_rejoining_keeps_the_whitespace_between_and_around_sentences():

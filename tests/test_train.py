@@ -260,6 +260,13 @@ def test_interactive_prompt_translates_a_paragraph_as_a_pipe_does(trained, monke
     type_into_repl(monkeypatch, ["Er zählt zwölf Katzen."])
     repl(translator, TranslateRunConfig(str(ckpt), show_attention=True))
     assert len(capsys.readouterr().out.splitlines()) > 2  # the translation and its attention
+    # one sentence with a protected span: the URL comes out verbatim, as from a pipe
+    linked, cfg = "Ich sehe https://nmt.example/a?b=1 rote Äpfel.", TranslateRunConfig(str(ckpt))
+    piped = list(translate_stream(translator, [linked + "\n"], fmt=LineFormat(text=cfg)))
+    type_into_repl(monkeypatch, [linked])
+    repl(translator, cfg)
+    out = capsys.readouterr().out.splitlines()
+    assert out == [p.rstrip("\n") for p in piped] and "https://nmt.example/a?b=1" in out[0]
 
 
 def test_interactive_prompt_lists_the_n_best_with_scores(trained, monkeypatch, capsys):

@@ -3,6 +3,7 @@ a sentence a line the same bytes as before), tags and alignments, document files
 Markdown, SubRip, Word) as file jobs, and nmt-serve's "format" and "alignments"."""
 
 import re
+import shutil
 
 import docx
 import pytest
@@ -11,11 +12,14 @@ from starlette.testclient import TestClient
 from nmt.cli import main as cli
 from nmt.cli.translate import LineFormat, translate_stream
 from nmt.config import DecodeConfig, TextFormat, TextOptions
-from nmt.data.starts import STARTS_FILE
+from nmt.data.starts import STARTS_FILE, SentenceEdges
 from nmt.documents import html
+from nmt.documents.alignment import reading_of
+from nmt.documents.recovery import LEAST_SKIPPED, skipped_run
 from nmt.documents.texts import translate_texts
 from nmt.run_config import ServeRunConfig
 from nmt.serving.app import load_app
+from nmt.translation.request import Request
 from nmt.translation.translator import Translator
 
 SENTENCES = [
@@ -68,6 +72,43 @@ def test_a_run_keeps_the_words_that_start_its_sentences_and_cuts_an_unpunctuated
     out = list(translate_stream(translator, [f"{first} {SENTENCES[1]}"], GREEDY,
                                 LineFormat(text=TextOptions())))  # fmt: skip
     assert out == [f"{alone[0]} {alone[1]}"]
+
+
+@pytest.fixture(scope="module")
+def no_starts(ckpt, tmp_path_factory):
+    """The checkpoint without its start words: a join without punctuation ("…Äpfel Wir…") is
+    then left whole by the splitter, to the model's attention and the sentence edges."""
+    copy = tmp_path_factory.mktemp("no_starts") / "best"
+    shutil.copytree(ckpt, copy)
+    (copy / STARTS_FILE).unlink()
+    return copy
+
+
+def test_a_sentence_the_model_skipped_is_cut_off_and_translated_alone(no_starts):
+    """Two sentences the splitter cannot part, in a paragraph: the model translates one and
+    drops most of the other; its attention shows the skipped words, the edges where to cut.
+    The same in nmt-translate and nmt-serve; a line the splitter leaves whole is translated
+    as it always was; a checkpoint without edges keeps the sentence whole."""
+    translator = Translator.from_checkpoint(no_starts, device="cpu", decode=GREEDY)
+    first = SENTENCES[0].rstrip(".")
+    joined = f"{first} {SENTENCES[1]}"
+    request = Request([joined], GREEDY, attention=True)
+    whole = translator.run(translator.prepare(request))[0]
+    # the premise: this model drops part of the join
+    assert skipped_run(whole, 0, reading_of(translator))[1] >= LEAST_SKIPPED
+    alone = [t.text for t in translator.translate_full([first, SENTENCES[1], SENTENCES[2]])]
+    lines = [f"{joined}  {SENTENCES[2]}", joined]  # sentencex cuts the first line in two
+    text = LineFormat(text=TextOptions())
+    out = list(translate_stream(translator, lines, GREEDY, text))
+    assert out == [f"{alone[0]} {alone[1]}  {alone[2]}", whole.text]
+    cfg = ServeRunConfig(ckpt=str(no_starts), device="cpu", decode=GREEDY)
+    with TestClient(load_app(cfg)) as c:
+        got = c.post("/translate", json={"texts": lines}).json()["translations"]
+        assert [g["text"] for g in got] == out
+        assert len(got[0]["sentences"]) == 3
+    translator.sentence_edges = SentenceEdges()  # an import, a checkpoint from before them
+    out = list(translate_stream(translator, lines[:1], GREEDY, text))
+    assert out == [f"{whole.text}  {alone[2]}"]
 
 
 def test_a_sentence_that_starts_with_a_number_is_rejoined_with_one_space(translator):

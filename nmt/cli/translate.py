@@ -44,7 +44,7 @@ from nmt.distributed import Dist, from_environment
 from nmt.documents.alignment import moses
 from nmt.documents.files import open_document, translate_segments
 from nmt.documents.sentences import split
-from nmt.documents.texts import translate_texts
+from nmt.documents.texts import read_block, translate_texts
 from nmt.errors import NMTError
 from nmt.run_config import TranslateRunConfig, flatten
 from nmt.translation.attention_map import format_attention, save_heatmap
@@ -457,8 +457,11 @@ def repl(translator: Translator, cfg: TranslateRunConfig) -> None:
 def as_text(translator: Translator, cfg: TranslateRunConfig, line: str) -> bool:
     """Whether a line typed at the prompt is more than the one plain sentence the prompt's own
     display shows (its translation, n-best, attention): several sentences (split_sentences),
-    markup (format), or alignment or confidence columns asked for."""
+    markup (format), protected spans (a URL, a number: kept verbatim, as in a pipe), or
+    alignment or confidence columns asked for."""
     if cfg.alignments or cfg.confidence or cfg.format not in (TextFormat.text, TextFormat.auto):
+        return True
+    if read_block(line.strip(), TextFormat.text, cfg).codes:
         return True
     parts = split(line, translator.source_language or "", translator.sentence_starts)
     return cfg.split_sentences and len(parts.sentences) > 1

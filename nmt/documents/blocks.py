@@ -8,9 +8,12 @@ back by the word alignment.
     results[0].alignment   # [(0, 0), (1, 1), (2, 2), (3, 3), (4, 4)]
 
 The translator sees sentences and nothing else (`nmt.translation`): a block without codes whose
-text is one sentence is translated as that text is alone, byte for byte. The search keeps the
-attention maps only of the sentences whose alignment is needed (a block with codes, or
-`alignments` asked for), in a request of their own, so the others pay nothing for them.
+text is one sentence is translated as that text is alone, byte for byte. The sentences of a
+block the splitter cut are checked after the search: one whose translation skipped part of it
+where a sentence could have ended is cut there and its parts searched (`nmt.documents.recovery`).
+The search keeps the attention maps only of the sentences whose alignment is needed (a block
+with codes, or `alignments` asked for) or that are checked, in a request of their own, so the
+others pay nothing for them.
 Warnings (a source cut to decode.max_src_pieces) and a failure (the search found no translation
 of a sentence: the block's translation is then blank) name the block by its number, `first`
 numbering the first (a file's line).
@@ -19,12 +22,14 @@ numbering the first (a file's line).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from nmt.config import DecodeConfig, TextOptions
+from nmt.data.starts import SentenceEdges
 from nmt.documents.alignment import UNTAUGHT, Reading, reading_of, word_alignment
 from nmt.documents.inline import Block, place
 from nmt.documents.protect import lift_protected, pattern
+from nmt.documents.recovery import ROUNDS, recovery_cut
 from nmt.documents.sentences import Split, split
 from nmt.translation.request import Request
 from nmt.translation.translator import Translation, Translator
@@ -49,33 +54,88 @@ def protected(block: Block, options: TextOptions) -> Block:
 
 @dataclass
 class Plan:
-    """Blocks as the search sees them: each block's sentences, and whether its alignment is
-    needed (codes to put back, or `alignments` asked), so its sentences keep attention maps."""
+    """Blocks as the search sees them: each block's sentences, whether its alignment is needed
+    (codes to put back, or `alignments` asked), and whether its sentences are checked for parts
+    the model skipped (`nmt.documents.recovery`: a block the splitter cut, of a model with
+    sentence edges). A block aligned or checked has its sentences searched with attention maps."""
 
     blocks: list[Block]
     splits: list[Split]
     aligned: list[bool]
+    checked: list[bool]
 
     @property
     def sentences(self) -> list[str]:
         return [s for split in self.splits for s in split.sentences]
 
-    def where(self, aligned: bool) -> list[tuple[int, int]]:
-        """(block, sentence) of every sentence whose block's alignment is (not) needed."""
-        return [(i, k) for i, s in enumerate(self.splits) if self.aligned[i] == aligned
-                for k in range(len(s.sentences))]  # fmt: skip
+    def mapped(self, block: int) -> bool:
+        """Whether the block's sentences are searched with attention maps."""
+        return self.aligned[block] or self.checked[block]
 
     def simple(self) -> bool:
         """Whether every block is one sentence of plain text: translated as it always was."""
         return not any(self.aligned) and all(len(s.sentences) == 1 for s in self.splits)
 
+    def cut(self, cuts: dict[int, int]) -> Plan:
+        """The plan with each sentence `i` of `cuts` (an index of `sentences`) cut in two before
+        its word `cuts[i]`."""
+        splits, at = [], 0
+        for parts in self.splits:
+            count = len(parts.sentences)
+            mine = sorted(((i - at, w) for i, w in cuts.items() if at <= i < at + count),
+                          reverse=True)  # fmt: skip
+            at += count
+            for k, word in mine:  # from the last: the earlier sentences keep their indices
+                parts = parts.cut(k, word)
+            splits.append(parts)
+        return Plan(self.blocks, splits, self.aligned, self.checked)
+
 
 def plan_blocks(
-    blocks: list[Block], language: str, options: TextOptions, starts: frozenset[str] = frozenset()
+    blocks: list[Block],
+    language: str,
+    options: TextOptions,
+    starts: frozenset[str] = frozenset(),
+    edges: SentenceEdges | None = None,
 ) -> Plan:
-    """`language` and `starts` (words that start sentences) for splitting each block."""
+    """`language` and `starts` (words that start sentences) for splitting each block; `edges`
+    for checking the sentences of a block cut in two or more (`nmt.documents.recovery`)."""
     splits = [_sentences(b.text, language, options.split_sentences, starts) for b in blocks]
-    return Plan(blocks, splits, [options.alignments or bool(b.codes) for b in blocks])
+    aligned = [options.alignments or bool(b.codes) for b in blocks]
+    checked = [bool(edges) and len(s.sentences) > 1 for s in splits]
+    return Plan(blocks, splits, aligned, checked)
+
+
+def recovery_cuts(
+    plan: Plan,
+    found: list[Translation | None],
+    skip: int,
+    reading: Reading,
+    edges: SentenceEdges,
+    among: set[int],
+) -> dict[int, int]:
+    """Sentence (an index of `plan.sentences`, one of `among`) -> the word to cut it before, for
+    each sentence of a checked block whose translation (`found`, in the same order) skipped part
+    of it where a sentence could have ended (`recovery_cut`)."""
+    cuts, i = {}, 0
+    for block, parts in enumerate(plan.splits):
+        for sentence in parts.sentences:
+            t = found[i]
+            if plan.checked[block] and i in among and t is not None and t.source == sentence:
+                word = recovery_cut(t, skip, reading, edges)
+                if word is not None:
+                    cuts[i] = word
+            i += 1
+    return cuts
+
+
+def spread(items: list, cuts: dict[int, int]) -> list:
+    """`items`, one for each sentence of a plan, laid out for the plan cut by `cuts`: each cut
+    sentence's item replaced by None for each of its two parts."""
+    out = []
+    for i, item in enumerate(items):
+        out += [None, None] if i in cuts else [item]
+    return out
 
 
 def finish_blocks(
@@ -105,24 +165,44 @@ def translate_blocks(
     """Each block translated (see the module's notes); the blocks' codes already lifted
     (`nmt.documents.inline`, `protected`). `statistics`: each sentence's translation carries
     its piece statistics at this temperature (`Request.statistics`, for its confidence)."""
-    plan = plan_blocks(blocks, translator.source_language, options, translator.sentence_starts)
-    found: dict[tuple[int, int], Translation] = {}
-    for with_maps in (False, True):
-        where = plan.where(with_maps)
-        if not where:
-            continue
-        texts = [plan.splits[i].sentences[k] for i, k in where]
-        request = Request(texts, decode, tgt_lang=tgt_lang, attention=with_maps, noun=noun,
-                          statistics=statistics)  # fmt: skip
-        done = translator.run(translator.prepare(request, warn=False))
-        found.update(zip(where, done))
+    plan = plan_blocks(blocks, translator.source_language, options, translator.sentence_starts,
+                       translator.sentence_edges)  # fmt: skip
     skip = len(translator.tags.ids(tgt_lang))  # the target tag before each source
-    order = [(i, k) for i, s in enumerate(plan.splits) for k in range(len(s.sentences))]
-    out = finish_blocks(plan, [found[w] for w in order], skip, reading_of(translator))
+    reading = reading_of(translator)
+    found: list[Translation | None] = [None] * len(plan.sentences)
+    for round in range(ROUNDS + 1):
+        fresh = {i for i, t in enumerate(found) if t is None}
+        _search(translator, plan, found, Request([], decode, tgt_lang=tgt_lang, noun=noun,
+                                                 statistics=statistics))  # fmt: skip
+        if round == ROUNDS:
+            break
+        cuts = recovery_cuts(plan, found, skip, reading, translator.sentence_edges, fresh)
+        if not cuts:
+            break
+        plan, found = plan.cut(cuts), spread(found, cuts)
+    out = finish_blocks(plan, found, skip, reading)
     for i, result in enumerate(out):
         for message in result.warnings:
             log.warning("%s %d: %s", noun, first + i, message)
     return out
+
+
+def _search(
+    translator: Translator, plan: Plan, found: list[Translation | None], like: Request
+) -> None:
+    """Each sentence of `plan` that `found` (in `plan.sentences`' order) has no translation of
+    (None) searched with `like`'s settings: those of blocks that need attention maps with them,
+    the others without."""
+    blocks = [i for i, parts in enumerate(plan.splits) for _ in parts.sentences]
+    sentences = plan.sentences
+    for with_maps in (False, True):
+        where = [n for n, t in enumerate(found)
+                 if t is None and plan.mapped(blocks[n]) == with_maps]  # fmt: skip
+        if not where:
+            continue
+        request = replace(like, texts=[sentences[n] for n in where], attention=with_maps)
+        for n, t in zip(where, translator.run(translator.prepare(request, warn=False))):
+            found[n] = t
 
 
 def _sentences(text: str, language: str | None, wanted: bool, starts: frozenset[str]) -> Split:

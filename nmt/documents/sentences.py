@@ -62,6 +62,18 @@ class Split:
             out += [text, gap]
         return "".join(out)
 
+    def cut(self, sentence: int, word: int) -> Split:
+        """The split with sentence `sentence` cut in two before its whitespace word `word` (from
+        0; 0 < word < its number of words), the whitespace there the gap between them."""
+        words = list(_WORD.finditer(self.sentences[sentence]))
+        text = self.sentences[sentence]
+        left, right = words[word - 1].end(), words[word].start()
+        sentences = list(self.sentences)
+        sentences[sentence : sentence + 1] = [text[:left], text[right:]]
+        gaps = list(self.gaps)
+        gaps.insert(sentence + 1, text[left:right])
+        return Split(sentences, gaps)
+
 
 def split(text: str, language: str, starts: frozenset[str] = frozenset()) -> Split:
     """The sentences of `text` in `language` (an ISO 639 code; sentencex has rules for many and

@@ -44,7 +44,8 @@ from starlette.staticfiles import StaticFiles
 from nmt.checkpoint import Checkpoint, load_checkpoint
 from nmt.config import Strategy
 from nmt.documents.alignment import reading_of
-from nmt.documents.blocks import Plan, finish_blocks, plan_blocks
+from nmt.documents.blocks import Plan, finish_blocks, plan_blocks, recovery_cuts, spread
+from nmt.documents.recovery import ROUNDS
 from nmt.documents.texts import read_block
 from nmt.errors import NMTError
 from nmt.run_config import ServeRunConfig, flatten
@@ -186,6 +187,11 @@ class TextPlan:
     blocks: Plan
     request: TranslateRequest
 
+    def cut(self, cuts: dict[int, int]) -> TextPlan:
+        """The plan with its sentences cut as `Plan.cut`, the request of its sentences with it."""
+        blocks = self.blocks.cut(cuts)
+        return TextPlan(blocks, dataclasses.replace(self.request, texts=blocks.sentences))
+
     def text_of(self, sentence: int) -> int:
         """The index of the text (from 0) a sentence of the searched request belongs to."""
         count = 0
@@ -206,10 +212,12 @@ def plan_texts(translator: Translator, asked: Asked) -> TextPlan | None:
     options, call = asked.options, asked.request
     blocks = [read_block(text.strip(), options.format, options) for text in call.texts]
     language = call.src_lang or translator.source_language  # the sentences' rules
-    plan = plan_blocks(blocks, language, options, translator.sentence_starts)
+    plan = plan_blocks(blocks, language, options, translator.sentence_starts,
+                       translator.sentence_edges)  # fmt: skip
     if plan.simple():
         return None
-    attention = call.attention or any(plan.aligned)  # an alignment is read off the maps
+    # an alignment, and a check for skipped sentences, are read off the maps
+    attention = call.attention or any(plan.aligned) or any(plan.checked)
     return TextPlan(plan, dataclasses.replace(call, texts=plan.sentences, attention=attention))
 
 
@@ -264,13 +272,11 @@ def create_app(translator: Translator, cfg: ServeRunConfig, info: dict) -> Starl
     # the checkpoint's calibration for each kind of search a request may ask for
     calibrations = {kind: for_checkpoint(cfg.ckpts[0], kind) for kind in SEARCH_KINDS}
 
-    async def translate(request: Request) -> Response:
-        asked = parse_request(await read_body(request, body_limit), cfg)
-        # a text split into sentences or carrying markup or protected spans: its sentences are
-        # searched (as the texts of the request) and put back together after; a request of
-        # sentences of plain text is searched as it is
-        plan = plan_texts(translator, asked)
-        call = asked.request if plan is None else plan.request
+    async def search(
+        call: TranslateRequest, raw: bool, asked: Asked, request: Request
+    ) -> tuple[Prepared, list]:
+        """`call`'s texts checked and searched in a batch: the prepared request and each text's
+        result (`decode_batch`'s; `raw`: the sentences of texts, put together after)."""
         # tokenizing and checking take up to a second for the largest request the limits allow
         # (every spelling of 64 long banned phrases): off the event loop, which goes on answering.
         # A light request is checked on it: the hand-over to a thread would cost more than its
@@ -281,14 +287,47 @@ def create_app(translator: Translator, cfg: ServeRunConfig, info: dict) -> Starl
             prepared, costs = check_request(*check)
         else:
             prepared, costs = await run_in_threadpool(check_request, *check)
-        raw = plan is not None
         items = [
             Item(text, prepared, raw, asked.confidence, call.tgt_lang, call.src_lang)
             for text in prepared.texts
         ]
+        key = batch_key(prepared, next(counter), asked.confidence)
+        return prepared, await batcher.submit(key, items, costs, client_of(request))
+
+    async def recover(
+        plan: TextPlan, results: list, asked: Asked, request: Request
+    ) -> tuple[TextPlan, list]:
+        """The plan and its sentences' results with each sentence whose translation skipped part
+        of it cut in two, the parts searched (`nmt.documents.recovery`), as nmt-translate does
+        (`translate_blocks`): what a text gets depends on that text alone."""
+        skip = len(translator.tags.ids(asked.request.tgt_lang))
+        reading, fresh = reading_of(translator), set(range(len(results)))
+        for _ in range(ROUNDS):
+            found = [r[0] if isinstance(r, tuple) else None for r in results]
+            cuts = recovery_cuts(plan.blocks, found, skip, reading, translator.sentence_edges,
+                                 fresh)  # fmt: skip
+            if not cuts:
+                break
+            plan, results = plan.cut(cuts), spread(results, cuts)
+            fresh = {i for i, r in enumerate(results) if r is None}
+            texts = [plan.request.texts[i] for i in sorted(fresh)]
+            call = dataclasses.replace(plan.request, texts=texts)
+            _, more = await search(call, True, asked, request)
+            for i, r in zip(sorted(fresh), more):
+                results[i] = r
+        return plan, results
+
+    async def translate(request: Request) -> Response:
+        asked = parse_request(await read_body(request, body_limit), cfg)
+        # a text split into sentences or carrying markup or protected spans: its sentences are
+        # searched (as the texts of the request) and put back together after; a request of
+        # sentences of plain text is searched as it is
+        plan = plan_texts(translator, asked)
+        call = asked.request if plan is None else plan.request
         try:
-            key = batch_key(prepared, next(counter), asked.confidence)
-            results = await batcher.submit(key, items, costs, client_of(request))
+            prepared, results = await search(call, plan is not None, asked, request)
+            if plan is not None:
+                plan, results = await recover(plan, results, asked, request)
         except QueueFull as full:
             headers = {"Retry-After": str(full.retry_after)}
             return JSONResponse({"error": str(full)}, status_code=503, headers=headers)

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from nmt.checkpoint import CKPT_FILE, Checkpoint, load_checkpoint, save_checkpoint, step_key
-from nmt.data.starts import STARTS_FILE
+from nmt.data.starts import EDGES_FILE, STARTS_FILE
 from nmt.errors import NMTError
 from nmt.run_config import AverageRunConfig, flatten
 
@@ -176,7 +176,7 @@ def average_main(cfg: AverageRunConfig) -> Path:
     try:
         built = save_checkpoint(
             scratch, newest.payload["step"], payload, newest.config, newest.vocabs,
-            newest.lexicon, (newest.path / STARTS_FILE,),
+            newest.lexicon, (newest.path / STARTS_FILE, newest.path / EDGES_FILE),
         )  # fmt: skip
         _place(built, out, cfg.overwrite)
     finally:

@@ -27,7 +27,14 @@ from nmt.data.cache import building, cache_root, code_digest, copy_files, digest
 from nmt.data.corpora import MixedCorpus
 from nmt.data.languages import code_prefixes, inherit_codes
 from nmt.data.splits import Encoded, SplitText, encode, read_split, split_digest
-from nmt.data.starts import STARTS_FILE, learn_starts, write_starts
+from nmt.data.starts import (
+    EDGES_FILE,
+    STARTS_FILE,
+    learn_edges,
+    learn_starts,
+    write_edges,
+    write_starts,
+)
 from nmt.data.tokenized import TokenizedCorpus, tokenize
 from nmt.distributed import SINGLE, Dist, barrier
 from nmt.errors import NMTError
@@ -149,8 +156,10 @@ def prepare_run(
         lexicon = load_lexicon(run_dir)
         if lexicon is None:
             raise NMTError(f"{run_dir / LEXICON_FILE} is missing: rank 0 wrote it to another disk?")
-        if where.main and (resume is None or not (run_dir / STARTS_FILE).is_file()):
-            write_starts(learn_starts(_sources(train_data, vocabs)), run_dir / STARTS_FILE)
+        if where.main and (resume is None or not (run_dir / EDGES_FILE).is_file()):
+            sources = _sources(train_data, vocabs)
+            write_starts(learn_starts(sources), run_dir / STARTS_FILE)
+            write_edges(learn_edges(sources), run_dir / EDGES_FILE)
         links = None
         if cfg.train.guided_alignment.weight:  # rank 0 aligns; the others read its cache entry
             if where.main:
@@ -179,7 +188,8 @@ def prepare_run(
 
 
 def _sources(corpus: TokenizedCorpus | MixedCorpus, vocabs: Vocabs) -> list[str]:
-    """The training sources the lexicon is learned on, as text (what `learn_starts` reads)."""
+    """The training sources the lexicon is learned on, as text (what `learn_starts` and
+    `learn_edges` read)."""
     src, src_lens, _, _ = corpus.flat(sample_rows(len(corpus)))
     return vocabs.src.decode([ids.tolist() for ids in np.split(src, np.cumsum(src_lens)[:-1])])
 

@@ -25,7 +25,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from nmt.checkpoint import Checkpoint, load_checkpoint, point, prune, save_checkpoint
 from nmt.config import Frozen, Metric, Optimizer, Precision
 from nmt.data.batches import epoch_batches, fixed_shape
-from nmt.data.starts import STARTS_FILE
+from nmt.data.starts import EDGES_FILE, STARTS_FILE
 from nmt.device import autocast, check_precision, resolve_device
 from nmt.distributed import (
     SINGLE,
@@ -343,7 +343,7 @@ class Trainer:
             self.cfg,
             self.data.vocabs,
             self.data.lexicon,
-            (Path(self.cfg.run_dir) / STARTS_FILE,),
+            (Path(self.cfg.run_dir) / STARTS_FILE, Path(self.cfg.run_dir) / EDGES_FILE),
         )
         if improved:
             point(self.root, "best", path)

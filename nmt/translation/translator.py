@@ -56,7 +56,7 @@ from torch import Tensor
 
 from nmt.checkpoint import Checkpoint, load_checkpoint
 from nmt.config import DecodeConfig, Precision, Strategy
-from nmt.data.starts import read_starts
+from nmt.data.starts import SentenceEdges, read_edges, read_starts
 from nmt.device import check_precision, resolve_device
 from nmt.errors import NMTError
 from nmt.lexicon import Lexicon, check_lexicon
@@ -141,8 +141,10 @@ class Translator:
         `source_language`: what it reads (data.src_lang), for splitting text into sentences and,
         for a model with language `codes` (data.language_codes), the code put before each
         source; `tags` then names the default target language. `sentence_starts`, words that
-        start sentences of the training text, for splitting text (`nmt.data.starts`), are set
-        by `from_checkpoint` from the checkpoint's file; none otherwise."""
+        start sentences of the training text, for splitting text, and `sentence_edges`, how
+        often words start and end them, for cutting a sentence the model skipped part of
+        (`nmt.data.starts`), are set by `from_checkpoint` from the checkpoint's files; none
+        otherwise."""
         self.model = model.eval()
         self.vocabs = vocabs
         self.device = device
@@ -151,6 +153,7 @@ class Translator:
         self.tags = TargetTags(tags, vocabs.src, codes, source_language)  # languages -> ids
         self.source_language = source_language
         self.sentence_starts: frozenset[str] = frozenset()
+        self.sentence_edges = SentenceEdges()
         # (layer, head) of the cross-attention trained to align (train.guided_alignment), where
         # word alignments are read; set by `from_checkpoint`
         self.taught_attention: tuple[int, int] | None = None
@@ -190,6 +193,7 @@ class Translator:
             src_lang or data.src_lang, data.language_codes,
         )  # fmt: skip
         translator.sentence_starts = read_starts(ckpt.path)
+        translator.sentence_edges = read_edges(ckpt.path)
         guided = ckpt.config.train.guided_alignment
         if guided.weight:
             translator.taught_attention = (guided.layer, guided.head)
@@ -221,6 +225,7 @@ class Translator:
             data.target_tags(), src_lang or data.src_lang, data.language_codes,
         )  # fmt: skip
         translator.sentence_starts = read_starts(loaded[0].path)
+        translator.sentence_edges = read_edges(loaded[0].path)
         return translator
 
     @classmethod

@@ -1,0 +1,73 @@
+"""Sentences a model skipped, found in its attention and translated on their own.
+
+The splitter misses a boundary with neither punctuation nor a start word ("…mit seinem Schläger
+zu treffen Kinder klettern auf eine Wand…"), and a model trained on sentences, given two as one,
+translates one of them and drops the other. Its attention shows where: no target piece attends
+most to any word of a run of the source (read one way, target to source: read both ways, as
+alignments are, every source piece is linked to something). Where a translation leaves
+LEAST_SKIPPED source words or more in a row so, and at the run or a word beside it there is a
+word that ends training sentences often enough followed by one that starts them
+(`nmt.data.starts.SentenceEdges`: EDGE_SHARE of their occurrences each, "treffen" then
+"Kinder"), the sentence is cut there and each part translated alone; the parts are checked in
+turn, ROUNDS times in all.
+
+Chosen on Multi30k's valid set, two GRUs of 1,500 updates (docs/documents.md): of 2,013 valid
+and test sentences one a line, none is cut; a model's attention skips three words or more in 6%
+of them, and the edges are what keeps those whole (cut wherever the skipped run holds a capital
+letter, 48 of test2016's sentences were cut, for 1 BLEU less). Only sentences of a text the
+splitter cut in two or more are checked: a line the splitter leaves whole is translated as it
+always was, byte for byte.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from nmt.data.starts import SentenceEdges
+from nmt.documents.alignment import Reading, word_alignment
+from nmt.translation.translator import Translation
+
+LEAST_SKIPPED = 3  # source words in a row that no target piece attends to most
+EDGE_SHARE = 0.1  # of its occurrences, the word before the cut ends sentences, the next starts
+AROUND = 1  # words before and after the skipped run where the cut may be too
+ROUNDS = 2  # checks of a sentence and of the parts cut from it
+LEAST_PART = 2  # words in each part
+
+
+def skipped_run(translation: Translation, skip_source: int, reading: Reading) -> tuple[int, int]:
+    """(first word, number of words) of the longest run of source words that no target piece
+    attends to most, in `reading`'s attention read one way; (0, 0) without attention maps.
+    `skip_source` as `word_alignment`'s."""
+    pairs = word_alignment(translation, skip_source, replace(reading, both=False))
+    if not pairs:
+        return 0, 0
+    linked = {s for s, _ in pairs}
+    best, run = (0, 0), 0
+    for word in range(len(translation.source.split())):
+        run = 0 if word in linked else run + 1
+        if run > best[1]:
+            best = (word - run + 1, run)
+    return best
+
+
+def recovery_cut(
+    translation: Translation, skip_source: int, reading: Reading, edges: SentenceEdges
+) -> int | None:
+    """The source word to cut the translated sentence before, if its translation skipped part of
+    it where a sentence could have ended (see the module's notes); None to keep it whole."""
+    if not edges or translation.failure is not None:
+        return None
+    first, length = skipped_run(translation, skip_source, reading)
+    if length < LEAST_SKIPPED:
+        return None
+    words = translation.source.split()
+    best, where = 0.0, None
+    low = max(first - AROUND, LEAST_PART)
+    high = min(first + length + AROUND, len(words) - LEAST_PART)
+    for k in range(low, high + 1):
+        if not words[k - 1][-1].isalnum():  # after punctuation: the splitter's to judge
+            continue
+        end, start = edges.end_share(words[k - 1]), edges.start_share(words[k])
+        if end >= EDGE_SHARE and start >= EDGE_SHARE and end * start > best:
+            best, where = end * start, k
+    return where
