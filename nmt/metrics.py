@@ -36,6 +36,21 @@ def median_seconds(work: Callable[[], object], repeats: int) -> float:
     return statistics.median(times)
 
 
+def paired_median_seconds(
+    first: Callable[[], object], second: Callable[[], object], repeats: int
+) -> tuple[float, float]:
+    """The median wall-clock seconds of `repeats` calls of each, the two taking turns, so that a
+    machine slowing down or speeding up on the way weighs on both alike (a ratio of the two is
+    then a measure of the work, not of when it ran)."""
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(repeats):
+        for work, out in ((first, times[0]), (second, times[1])):
+            start = time.perf_counter()
+            work()
+            out.append(time.perf_counter() - start)
+    return statistics.median(times[0]), statistics.median(times[1])
+
+
 def percentiles(
     values: list[float], qs: tuple[int, ...] = (50, 90, 99), scale: float = 1.0, digits: int = 1
 ) -> dict[str, float | None]:

@@ -22,8 +22,8 @@ what they cost, printed as JSON.
 - `protected`: `--lines` test lines with a URL, a `{name}` placeholder or a code such as XK-4711
   put after their third word; `verbatim` counts outputs holding it exactly once.
 - `cost`: the seconds of the paragraphs with splitting against their sentences given one a
-  line; and of the tagged lines against the same lines untagged. Medians of `--repeats`; one
-  torch thread.
+  line; and of the tagged lines against the same lines untagged. Medians of `--repeats`, the
+  two of each pair taking turns; one torch thread.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from nmt.documents.inline import lift_markup, place
 from nmt.documents.recovery import recovery_cut
 from nmt.documents.sentences import split
 from nmt.documents.texts import read_block, translate_texts
-from nmt.metrics import median_seconds
+from nmt.metrics import paired_median_seconds
 from nmt.translation.request import Request
 from nmt.translation.translator import Translator
 
@@ -224,15 +224,17 @@ def main() -> None:
 
     # cost
     split_on = replace(plain, split_sentences=True)
-    t_paragraphs = median_seconds(
-        lambda: translate_texts(translator, paragraphs, decode, split_on), args.repeats
+    t_paragraphs, t_sentences = paired_median_seconds(
+        lambda: translate_texts(translator, paragraphs, decode, split_on),
+        lambda: translator.translate(src[:n], decode=decode),
+        args.repeats,
     )
-    t_sentences = median_seconds(lambda: translator.translate(src[:n], decode=decode), args.repeats)
     untagged = [lift_markup(text).text for text, _ in cases]
-    t_tagged = median_seconds(
-        lambda: translate_texts(translator, [t for t, _ in cases], decode, html), args.repeats
+    t_tagged, t_untagged = paired_median_seconds(
+        lambda: translate_texts(translator, [t for t, _ in cases], decode, html),
+        lambda: translator.translate(untagged, decode=decode),
+        args.repeats,
     )
-    t_untagged = median_seconds(lambda: translator.translate(untagged, decode=decode), args.repeats)
     report["cost"] = {
         "paragraphs_s": round(t_paragraphs, 3),
         "sentences_s": round(t_sentences, 3),

@@ -14,7 +14,7 @@ from nmt.config import Split
 from nmt.data.splits import read_split
 from nmt.demo import generate_pairs
 from nmt.errors import NMTError
-from nmt.metrics import compare, percentiles
+from nmt.metrics import compare, paired_median_seconds, percentiles
 from nmt.translation.translator import Translator
 
 REFERENCES = [en for _, en in generate_pairs(120, seed=5)]
@@ -174,3 +174,9 @@ def test_percentiles_interpolate_between_ranks_as_numpy_does():
     assert got == want
     assert percentiles([3.0]) == {"p50": 3.0, "p90": 3.0, "p99": 3.0}
     assert percentiles([]) == {"p50": None, "p90": None, "p99": None}
+
+
+def test_paired_timings_take_turns():
+    calls = []
+    first, second = paired_median_seconds(lambda: calls.append("a"), lambda: calls.append("b"), 3)
+    assert calls == ["a", "b"] * 3 and first >= 0 and second >= 0
