@@ -12,8 +12,8 @@ text is one sentence is translated as that text is alone, byte for byte. The sen
 block the splitter cut are checked after the search: one whose translation skipped part of it
 where a sentence could have ended is cut there and its parts searched (`nmt.documents.recovery`).
 The search keeps the attention maps only of the sentences whose alignment is needed (a block
-with codes, or `alignments` asked for) or that are checked, in a request of their own, so the
-others pay nothing for them.
+with codes, or `alignments` asked for) or that are checked and could be cut, in a request of
+their own, so the others pay nothing for them.
 Warnings (a source cut to decode.max_src_pieces) and a failure (the search found no translation
 of a sentence: the block's translation is then blank) name the block by its number, `first`
 numbering the first (a file's line).
@@ -29,7 +29,7 @@ from nmt.data.starts import SentenceEdges
 from nmt.documents.alignment import UNTAUGHT, Reading, reading_of, word_alignment
 from nmt.documents.inline import Block, place
 from nmt.documents.protect import lift_protected, pattern
-from nmt.documents.recovery import ROUNDS, recovery_cut
+from nmt.documents.recovery import ROUNDS, edge_cuts, recovery_cut
 from nmt.documents.sentences import Split, split
 from nmt.translation.request import Request
 from nmt.translation.translator import Translation, Translator
@@ -57,7 +57,7 @@ class Plan:
     """Blocks as the search sees them: each block's sentences, whether its alignment is needed
     (codes to put back, or `alignments` asked), and whether its sentences are checked for parts
     the model skipped (`nmt.documents.recovery`: a block the splitter cut, of a model with
-    sentence edges). A block aligned or checked has its sentences searched with attention maps."""
+    sentence edges)."""
 
     blocks: list[Block]
     splits: list[Split]
@@ -68,9 +68,10 @@ class Plan:
     def sentences(self) -> list[str]:
         return [s for split in self.splits for s in split.sentences]
 
-    def mapped(self, block: int) -> bool:
-        """Whether the block's sentences are searched with attention maps."""
-        return self.aligned[block] or self.checked[block]
+    def mapped(self, block: int, sentence: str, edges: SentenceEdges) -> bool:
+        """Whether a sentence of the block is searched with attention maps: the block's
+        alignment is needed, or the sentence is checked and could be cut (`edge_cuts`)."""
+        return self.aligned[block] or (self.checked[block] and bool(edge_cuts(sentence, edges)))
 
     def simple(self) -> bool:
         """Whether every block is one sentence of plain text: translated as it always was."""
@@ -191,16 +192,16 @@ def _search(
     translator: Translator, plan: Plan, found: list[Translation | None], like: Request
 ) -> None:
     """Each sentence of `plan` that `found` (in `plan.sentences`' order) has no translation of
-    (None) searched with `like`'s settings: those of blocks that need attention maps with them,
-    the others without."""
-    blocks = [i for i, parts in enumerate(plan.splits) for _ in parts.sentences]
-    sentences = plan.sentences
+    (None) searched with `like`'s settings: those that need attention maps (`Plan.mapped`) with
+    them, the others without."""
+    edges = translator.sentence_edges
+    sentences = [(i, s) for i, parts in enumerate(plan.splits) for s in parts.sentences]
+    mapped = [t is None and plan.mapped(i, s, edges) for t, (i, s) in zip(found, sentences)]
     for with_maps in (False, True):
-        where = [n for n, t in enumerate(found)
-                 if t is None and plan.mapped(blocks[n]) == with_maps]  # fmt: skip
+        where = [n for n, t in enumerate(found) if t is None and mapped[n] == with_maps]
         if not where:
             continue
-        request = replace(like, texts=[sentences[n] for n in where], attention=with_maps)
+        request = replace(like, texts=[sentences[n][1] for n in where], attention=with_maps)
         for n, t in zip(where, translator.run(translator.prepare(request, warn=False))):
             found[n] = t
 

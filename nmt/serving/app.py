@@ -217,7 +217,9 @@ def plan_texts(translator: Translator, asked: Asked) -> TextPlan | None:
     if plan.simple():
         return None
     # an alignment, and a check for skipped sentences, are read off the maps
-    attention = call.attention or any(plan.aligned) or any(plan.checked)
+    edges, parts = translator.sentence_edges, enumerate(plan.splits)
+    checked = any(plan.mapped(i, s, edges) for i, split in parts for s in split.sentences)
+    attention = call.attention or checked
     return TextPlan(plan, dataclasses.replace(call, texts=plan.sentences, attention=attention))
 
 
