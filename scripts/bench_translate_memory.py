@@ -6,7 +6,7 @@
         --src-lang deu_Latn --tgt-lang eng_Latn --precision int8   # a model with language codes
 
 Sends `--lines` lines (the lines of --src over and over) through one
-`nmt.cli.translate.translate_stream`, as `nmt-translate` does for a long input or a server would for
+`nmt.cli.lines.translate_stream`, as `nmt-translate` does for a long input or a server would for
 a day of requests, and records the process's resident set size (VmRSS) every `--every` lines. Memory
 that stays flat after the first thousand lines is the aim: growth after that is a leak (kept
 results, caches, the allocator) that a long-lived process would eventually die of. The first
@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from nmt.checkpoint import CONFIG_FILE
-from nmt.cli.translate import LineFormat, translate_stream
+from nmt.cli.lines import LineFormat, translate_stream
 from nmt.config import DecodeConfig, Precision, Strategy
 from nmt.data.splits import read_lines
 from nmt.device import describe, resolve_device

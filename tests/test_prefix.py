@@ -23,7 +23,8 @@ from test_search import (
     search_batch,
 )
 
-from nmt.cli.translate import LineFormat, format_tree, repl, translate_stream
+from nmt.cli.lines import LineFormat, translate_stream
+from nmt.cli.prompt import format_tree, repl
 from nmt.config import DecodeConfig, Strategy
 from nmt.errors import NMTError
 from nmt.run_config import TranslateRunConfig

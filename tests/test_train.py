@@ -219,7 +219,7 @@ def type_into_repl(monkeypatch, lines: list[str]) -> None:
 
 
 def test_interactive_prompt_shows_translation_and_attention(trained, tmp_path, monkeypatch, capsys):
-    from nmt.cli.translate import repl
+    from nmt.cli.prompt import repl
     from nmt.run_config import TranslateRunConfig
     from nmt.translation.translator import Translator
 
@@ -241,7 +241,8 @@ def test_interactive_prompt_translates_a_paragraph_as_a_pipe_does(trained, monke
     """A line of two sentences typed at the prompt is split and rejoined, as nmt-translate
     gives it from a pipe (not translated as one long sentence); with alignments=true its
     alignment column follows; a one-sentence line keeps the prompt's own display."""
-    from nmt.cli.translate import LineFormat, repl, translate_stream
+    from nmt.cli.lines import LineFormat, translate_stream
+    from nmt.cli.prompt import repl
     from nmt.run_config import TranslateRunConfig
     from nmt.translation.translator import Translator
 
@@ -270,7 +271,7 @@ def test_interactive_prompt_translates_a_paragraph_as_a_pipe_does(trained, monke
 
 
 def test_interactive_prompt_lists_the_n_best_with_scores(trained, monkeypatch, capsys):
-    from nmt.cli.translate import repl
+    from nmt.cli.prompt import repl
     from nmt.config import DecodeConfig, Strategy
     from nmt.run_config import TranslateRunConfig
     from nmt.translation.translator import Translator
@@ -289,7 +290,7 @@ def test_interactive_prompt_lists_the_n_best_with_scores(trained, monkeypatch, c
 
 
 def test_nbest_tsv_gives_every_hypothesis_with_its_line_number(trained):
-    from nmt.cli.translate import LineFormat, translate_stream
+    from nmt.cli.lines import LineFormat, translate_stream
     from nmt.config import DecodeConfig, Strategy
     from nmt.translation.translator import Translator
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from nmt.cli import main as cli
-from nmt.cli.translate import repl, translate_main
+from nmt.cli.prompt import repl
+from nmt.cli.translate import translate_main
 from nmt.data.splits import read_lines
 from nmt.errors import NMTError
 from nmt.translation.rerank import Reranker
@@ -200,7 +201,7 @@ def test_an_unmeetable_line_is_named_and_nothing_is_written(
     in the second chunk. From a pipe the chunk with the bad line is checked before it is
     translated."""
     lines = [f"{sources[0]}\tbirds", sources[1], "", sources[2] + bad]
-    monkeypatch.setattr("nmt.cli.translate.CHUNK_LINES", 2)
+    monkeypatch.setattr("nmt.cli.lines.CHUNK_LINES", 2)
     out = tmp_path / "out"
     args = [f"ckpt={ckpt}", "device=cpu", "constraints_tsv=true", f"output={out}"]
     args.append(f"decode.no_repeat_ngram={repeats}")  # 1: "seven seven" repeats its one piece

@@ -10,7 +10,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from nmt.cli import main as cli
-from nmt.cli.translate import LineFormat, translate_stream
+from nmt.cli.lines import LineFormat, translate_stream
 from nmt.config import DecodeConfig, TextFormat, TextOptions
 from nmt.data.starts import STARTS_FILE, SentenceEdges
 from nmt.documents import html

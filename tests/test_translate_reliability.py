@@ -20,7 +20,8 @@ import pytest
 from conftest import default_sigint
 
 from nmt.cli import main as cli
-from nmt.cli.translate import arrivals, repl, translate_stream
+from nmt.cli.lines import arrivals, translate_stream
+from nmt.cli.prompt import repl
 from nmt.config import DecodeConfig
 from nmt.errors import NMTError
 from nmt.run_config import TranslateRunConfig
