@@ -397,6 +397,11 @@ class ImportRunConfig:
     # lacks: new code -> "mean" (its row the mean of the codes' rows) or an existing code (a copy
     # of a related language's row): {xho_Latn: mean, gsw_Latn: deu_Latn}
     add_languages: dict[str, str] = field(default_factory=dict)
+    # text files in the language the model reads, a sentence a line (its training sources, or
+    # any such text): the words that start and end their sentences are kept with the checkpoint,
+    # for splitting paragraphs where punctuation is missing and for checking for skipped
+    # sentences (`nmt.data.starts`), as a run of nmt-train keeps its own; [] = none
+    sentence_text: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -228,6 +228,25 @@ def test_the_command_imports_and_translates(marian, tmp_path, capsys):
     assert "exists" in capsys.readouterr().err
 
 
+def test_an_import_keeps_the_start_words_and_edges_of_a_text_it_is_given(
+    marian, demo_dir, tmp_path, capsys
+):
+    """sentence_text=[...]: what a run of nmt-train learns from its sources, for splitting
+    paragraphs and checking for skipped sentences (nmt.documents); a file that cannot be read
+    fails before the import."""
+    hf_dir, _ = marian
+    out, text = tmp_path / "with_text", demo_dir / "train.de"
+    assert cli.import_model([f"source={hf_dir}", f"out={out}", f"sentence_text=[{text}]"]) == 0
+    translator = Translator.from_checkpoint(out, device="cpu")
+    assert {"Ich", "Wir"} <= translator.sentence_starts
+    assert translator.sentence_edges.start_share("Ich") > 0.9
+    assert not Translator.from_checkpoint(marian[1], device="cpu").sentence_edges  # without
+    missing = tmp_path / "nowhere.de"
+    args = [f"source={hf_dir}", f"out={tmp_path / 'x'}", f"sentence_text=[{missing}]"]
+    assert cli.import_model(args) == 2
+    assert "nowhere.de" in capsys.readouterr().err and not (tmp_path / "x").exists()
+
+
 def test_what_nmt_cannot_run_is_refused_by_name(tmp_path, demo_dir):
     bart = tmp_path / "bart"
     bart.mkdir()

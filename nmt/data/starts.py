@@ -98,6 +98,14 @@ def learn_edges(sources: Iterable[str], most: int = MOST_EDGES) -> SentenceEdges
     return SentenceEdges({w: (first[w], last[w], total[w]) for w, _ in edges})
 
 
+def write_sentence_files(sources: list[str], directory: Path) -> None:
+    """The start words (STARTS_FILE) and sentence edges (EDGES_FILE) of `sources` (sentences, one
+    a string, in the language a model reads) written into `directory`: a run's, or an imported
+    checkpoint's (nmt-import sentence_text=...)."""
+    write_starts(learn_starts(sources), Path(directory) / STARTS_FILE)
+    write_edges(learn_edges(sources), Path(directory) / EDGES_FILE)
+
+
 def write_edges(edges: SentenceEdges, path: Path) -> None:
     _write(path, json.dumps(edges.counts, ensure_ascii=False, separators=(",", ":")))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from nmt.data.starts import write_sentence_files
 from nmt.errors import NMTError
 from nmt.pretrained.m2m100 import import_m2m100
 from nmt.pretrained.marian import import_marian, locate, read_json
@@ -35,9 +36,21 @@ def import_model(
 
 
 def import_main(cfg: ImportRunConfig) -> None:
-    """nmt-import: write the checkpoint and say where it is and how to use it."""
+    """nmt-import: write the checkpoint and say where it is and how to use it. With
+    `sentence_text`, the words that start and end its sentences go with it (`nmt.data.starts`):
+    read before the model, so that a missing file fails before any work."""
+    sentences = [line for path in cfg.sentence_text for line in _read_text(path)]
     out = import_model(cfg.source, Path(cfg.out), cfg.keep_text, cfg.add_languages)
+    if sentences:
+        write_sentence_files(sentences, out)
     print(
         f"{out}\n  nmt-translate ckpt={out}\n  nmt-evaluate ckpt={out} data=NAME split=test\n"
         f"  nmt-train --config-dir {out} model=imported train.init_from={out} data=NAME ..."
     )
+
+
+def _read_text(path: str) -> list[str]:
+    try:
+        return Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError as err:
+        raise NMTError(f"sentence_text: cannot read {path}: {err.strerror}") from None

@@ -27,14 +27,7 @@ from nmt.data.cache import building, cache_root, code_digest, copy_files, digest
 from nmt.data.corpora import MixedCorpus
 from nmt.data.languages import code_prefixes, inherit_codes
 from nmt.data.splits import Encoded, SplitText, encode, read_split, split_digest
-from nmt.data.starts import (
-    EDGES_FILE,
-    STARTS_FILE,
-    learn_edges,
-    learn_starts,
-    write_edges,
-    write_starts,
-)
+from nmt.data.starts import EDGES_FILE, write_sentence_files
 from nmt.data.tokenized import TokenizedCorpus, tokenize
 from nmt.distributed import SINGLE, Dist, barrier
 from nmt.errors import NMTError
@@ -157,9 +150,7 @@ def prepare_run(
         if lexicon is None:
             raise NMTError(f"{run_dir / LEXICON_FILE} is missing: rank 0 wrote it to another disk?")
         if where.main and (resume is None or not (run_dir / EDGES_FILE).is_file()):
-            sources = _sources(train_data, vocabs)
-            write_starts(learn_starts(sources), run_dir / STARTS_FILE)
-            write_edges(learn_edges(sources), run_dir / EDGES_FILE)
+            write_sentence_files(_sources(train_data, vocabs), run_dir)
         links = None
         if cfg.train.guided_alignment.weight:  # rank 0 aligns; the others read its cache entry
             if where.main:
@@ -188,8 +179,8 @@ def prepare_run(
 
 
 def _sources(corpus: TokenizedCorpus | MixedCorpus, vocabs: Vocabs) -> list[str]:
-    """The training sources the lexicon is learned on, as text (what `learn_starts` and
-    `learn_edges` read)."""
+    """The training sources the lexicon is learned on, as text (what the start words and
+    sentence edges are learned on: `write_sentence_files`)."""
     src, src_lens, _, _ = corpus.flat(sample_rows(len(corpus)))
     return vocabs.src.decode([ids.tolist() for ids in np.split(src, np.cumsum(src_lens)[:-1])])
 
