@@ -2,7 +2,9 @@
 well-formed, protected spans, and every file format read and written back with an identity
 translation to the same bytes (nmt/documents/)."""
 
+import gc
 import re
+import time
 import zipfile
 
 import docx
@@ -419,17 +421,29 @@ def test_a_point_before_punctuation_goes_before_the_translations_punctuation():
     assert place(block, "See, please.", [(0, 0), (1, 1)]) == "See www.nmt.dev, please."
 
 
+def fastest(work, tries: int = 3) -> float:
+    """The fewest seconds `work` took in `tries` calls, the garbage collector paused: a bound on
+    the work itself, which a pause of the machine or of a large test process does not move (a
+    quadratic reading is slow every time)."""
+    times = []
+    gc.disable()
+    try:
+        for _ in range(tries):
+            start = time.perf_counter()
+            work()
+            times.append(time.perf_counter() - start)
+    finally:
+        gc.enable()
+    return min(times)
+
+
 @pytest.mark.parametrize("text", ["a" * 100_000, "a-" * 50_000, "{{" * 50_000, "[" * 100_000])
 def test_hostile_text_is_read_in_linear_time(text):
     """A run the patterns could rescan from every character (an e-mail's local part, a code's
     letters, an unclosed {{, a [ that never closes) is read in well under a second: each match
     starts only where a span can start and scans a bounded stretch (quadratic, 100,000 characters
     took tens of seconds)."""
-    import time
-
-    start = time.perf_counter()
-    read_block(text, TextFormat.markdown, OPTIONS)
-    assert time.perf_counter() - start < 2.0
+    assert fastest(lambda: read_block(text, TextFormat.markdown, OPTIONS)) < 2.0
 
 
 @pytest.mark.parametrize("text", ["Ein Satz. 1 " * 9_000, "a. 1 b " * 15_000, "Der " * 25_000])
@@ -437,9 +451,6 @@ def test_hostile_text_is_split_in_linear_time(text):
     """Many full stops before numbers (each a cut sentencex is asked about) and many start words:
     a text of max_chars is split in well under a second (it took 3 s with the prefix searched
     again at every full stop, and 19 s at 240,000 characters)."""
-    import time
-
-    start = time.perf_counter()
+    assert fastest(lambda: split(text, "de", STARTS)) < 1.0
     parts = split(text, "de", STARTS)
-    assert time.perf_counter() - start < 1.0
     assert parts.join(parts.sentences) == text
