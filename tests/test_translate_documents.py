@@ -84,7 +84,7 @@ def no_starts(ckpt, tmp_path_factory):
     return copy
 
 
-def test_a_sentence_the_model_skipped_is_cut_off_and_translated_alone(no_starts):
+def test_a_sentence_the_model_skipped_is_cut_off_and_translated_alone(no_starts, monkeypatch):
     """Two sentences the splitter cannot part, in a paragraph: the model translates one and
     drops most of the other; its attention shows the skipped words, the edges where to cut.
     The same in nmt-translate and nmt-serve; a line the splitter leaves whole is translated
@@ -106,6 +106,9 @@ def test_a_sentence_the_model_skipped_is_cut_off_and_translated_alone(no_starts)
         got = c.post("/translate", json={"texts": lines}).json()["translations"]
         assert [g["text"] for g in got] == out
         assert len(got[0]["sentences"]) == 3
+        monkeypatch.setattr("nmt.serving.app.light", lambda call: False)  # as a large request
+        got = c.post("/translate", json={"texts": lines}).json()["translations"]
+        assert [g["text"] for g in got] == out
     translator.sentence_edges = SentenceEdges()  # an import, a checkpoint from before them
     out = list(translate_stream(translator, lines[:1], GREEDY, text))
     assert out == [f"{whole.text}  {alone[2]}"]

@@ -304,10 +304,16 @@ def create_app(translator: Translator, cfg: ServeRunConfig, info: dict) -> Starl
         (`translate_blocks`): what a text gets depends on that text alone."""
         skip = len(translator.tags.ids(asked.request.tgt_lang))
         reading, fresh = reading_of(translator), set(range(len(results)))
+        # reading every sentence's edges (and a candidate's attention) is linear in the text but
+        # can take tens of milliseconds for the largest request: off the event loop, as checking
+        offload = not light(plan.request)
         for _ in range(ROUNDS):
             found = [r[0] if isinstance(r, tuple) else None for r in results]
-            cuts = recovery_cuts(plan.blocks, found, skip, reading, translator.sentence_edges,
-                                 fresh)  # fmt: skip
+            check = (plan.blocks, found, skip, reading, translator.sentence_edges, fresh)
+            if offload:
+                cuts = await run_in_threadpool(recovery_cuts, *check)
+            else:
+                cuts = recovery_cuts(*check)
             if not cuts:
                 break
             plan, results = plan.cut(cuts), spread(results, cuts)
