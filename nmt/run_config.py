@@ -448,7 +448,7 @@ class ServeRunConfig(TextOptions, CheckpointsConfig):
     # each step (beam_size; n_best draws for sample; 1 for greedy) times its length limit
     # (decode.max_len_a * source pieces + decode.max_len_b, at most max_len_cap), twice with the
     # search tree, and with the attention maps layers x heads x source pieces / 1500 more per
-    # step (nmt.serving.protocol.text_cost); HTTP 413 above
+    # step (nmt.serving.admission.text_cost); HTTP 413 above
     max_request_cost: int = 100_000
     # a batch is decoded once no request has joined it for this long (at most 10x this long
     # after the worker became free), or when it is full; 0 = no batching

@@ -13,12 +13,12 @@ translates the whole paragraph does (one trained on sentences stops after a few)
 
 `requests`: what the server does for one request of 8 texts (the first sources of 12 words or
 more) at beam 5, with `attention: true` or not: the search and the answer's JSON, as nmt-serve's
-worker runs them (`nmt.serving.app.decode_batch`), for texts of 1, 4 and 16 sentences. Each row
+worker runs them (`nmt.serving.server.decode_batch`), for texts of 1, 4 and 16 sentences. Each row
 gives the seconds, the request's cost without maps (`plain_cost`, `text_cost`: beam x length
 limit per text) and the map weights the cost model counts (`map_weights`: beam x length limit x
 layers x heads x source pieces per text); `map_weights_per_step` is how many of those weights
 cost, in measured time, what one unit of plain cost does: the constant
-`nmt.serving.protocol.MAP_WEIGHTS_PER_STEP` stands for (the cost model holds where that constant
+`nmt.serving.admission.MAP_WEIGHTS_PER_STEP` stands for (the cost model holds where that constant
 is at most the measured one: maps are never counted as cheaper than they are). Medians of
 `--repeats` runs, one torch thread; nothing else should run.
 """
@@ -36,8 +36,9 @@ import torch
 from nmt.config import DecodeConfig, LengthPenalty, Strategy
 from nmt.data.splits import read_lines
 from nmt.device import describe
-from nmt.serving.app import Item, decode_batch
-from nmt.serving.protocol import MAP_WEIGHTS_PER_STEP, map_size, text_cost
+from nmt.serving.admission import MAP_WEIGHTS_PER_STEP, map_size, text_cost
+from nmt.serving.native import NativeAnswer
+from nmt.serving.server import Asked, Item, decode_batch
 from nmt.translation.request import Request
 from nmt.translation.translator import Translator
 
@@ -103,7 +104,8 @@ def main() -> None:
         for attention in (False, True):
             request = Request(texts, decode, attention=attention, noun="text")
             prepared = translator.prepare(request)
-            items = [Item(t, prepared) for t in prepared.texts]
+            write = NativeAnswer(Asked(request)).translation  # the JSON, as the server writes it
+            items = [Item(t, prepared, write) for t in prepared.texts]
             decode_batch(translator, items)  # warm-up
             measured[attention] = median_seconds(
                 lambda items=items: decode_batch(translator, items), args.repeats

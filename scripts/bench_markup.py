@@ -43,8 +43,8 @@ from nmt.data.splits import read_lines
 from nmt.data.starts import SentenceEdges
 from nmt.device import describe
 from nmt.documents.alignment import Reading, reading_of, word_alignment
-from nmt.documents.blocks import translate_blocks
 from nmt.documents.inline import lift_markup, place
+from nmt.documents.job import translate_blocks
 from nmt.documents.recovery import recovery_cut
 from nmt.documents.sentences import split
 from nmt.documents.texts import read_block, translate_texts
@@ -124,9 +124,9 @@ def main() -> None:
             for i in range(0, n, 3)]  # fmt: skip
     joined_refs = [" ".join(ref[i : i + 3]) for i in range(0, n, 3)]
     plain = TextOptions(format=TextFormat.text, protect=[])
-    one = [r.text for r in translate_texts(translator, src[:n], decode, plain)]
+    one = [r.text for r in translate_texts(translator, Request(src[:n], decode), plain)]
     by_sentence = [" ".join(one[i : i + 3]) for i in range(0, n, 3)]
-    edges = translator.sentence_edges
+    edges = translator.facts.edges
     rows = {}
     for name, texts, wanted, checked in [
         ("split", paragraphs, True, True),
@@ -135,23 +135,22 @@ def main() -> None:
         ("unpunctuated", bare, True, True),
         ("unpunctuated_unchecked", bare, True, False),
     ]:
-        translator.sentence_edges = edges if checked else SentenceEdges()
+        facts = replace(translator.facts, edges=edges if checked else SentenceEdges())
         options = replace(plain, split_sentences=wanted)
-        results = translate_texts(translator, texts, decode, options)
+        results = translate_texts(translator.with_facts(facts), Request(texts, decode), options)
         out = [r.text for r in results]
         lost = sum(len(o.split()) < 0.75 * len(s.split()) for o, s in zip(out, by_sentence))
         rows[name] = {"bleu": round(bleu.corpus_score(out, [joined_refs]).score, 2), "lost": lost}
         if checked:  # sentences the check cut off (more parts than the splitter made)
-            language = translator.source_language or "en"
-            parts = sum(len(split(t, language, translator.sentence_starts).sentences)
+            language = translator.facts.language or "en"
+            parts = sum(len(split(t, language, translator.facts.starts).sentences)
                         for t in texts)  # fmt: skip
             rows[name]["cut"] = sum(len(r.sentences) for r in results) - parts
-    translator.sentence_edges = edges
     rows["one_a_line"] = {"bleu": round(bleu.corpus_score(by_sentence, [joined_refs]).score, 2)}
     # sentences one a line are not checked; how many the check would cut if they were
     alone = translator.run(translator.prepare(Request(src[:n], decode, attention=True)))
     skip = len(translator.tags.ids(None))
-    would = [recovery_cut(t, skip, reading_of(translator), edges) for t in alone]
+    would = [recovery_cut(t, skip, reading_of(translator.facts.taught), edges) for t in alone]
     rows["one_a_line"]["would_cut"] = sum(w is not None for w in would)
     report["paragraphs"] = {
         "count": len(paragraphs),
@@ -175,7 +174,7 @@ def main() -> None:
             break
     html = TextOptions(format=TextFormat.html, protect=[])
     blocks = [read_block(text, TextFormat.html, html) for text, _ in cases]
-    results = translate_blocks(translator, blocks, decode, html)
+    results = translate_blocks(translator, blocks, Request([], decode), html)
     first_maps = results[0].sentences[0].maps
     layers, heads = (1, 1) if first_maps is None else (first_maps.size(1), first_maps.size(2))
     skip = len(translator.tags.ids(None))
@@ -218,20 +217,20 @@ def main() -> None:
         span = spans[i % len(spans)]
         protected_lines.append((" ".join(tokens[:3] + [span] + tokens[3:]), span))
     options = TextOptions(format=TextFormat.text)
-    out = translate_texts(translator, [t for t, _ in protected_lines], decode, options)
+    out = translate_texts(translator, Request([t for t, _ in protected_lines], decode), options)
     verbatim = sum(r.text.count(span) == 1 for r, (_, span) in zip(out, protected_lines))
     report["protected"] = {"lines": len(protected_lines), "verbatim": verbatim}
 
     # cost
     split_on = replace(plain, split_sentences=True)
     t_paragraphs, t_sentences = paired_median_seconds(
-        lambda: translate_texts(translator, paragraphs, decode, split_on),
+        lambda: translate_texts(translator, Request(paragraphs, decode), split_on),
         lambda: translator.translate(src[:n], decode=decode),
         args.repeats,
     )
     untagged = [lift_markup(text).text for text, _ in cases]
     t_tagged, t_untagged = paired_median_seconds(
-        lambda: translate_texts(translator, [t for t, _ in cases], decode, html),
+        lambda: translate_texts(translator, Request([t for t, _ in cases], decode), html),
         lambda: translator.translate(untagged, decode=decode),
         args.repeats,
     )

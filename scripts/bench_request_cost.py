@@ -16,7 +16,7 @@ limits allow: 64 phrases filling `--max-chars`, each cut to `--max-len-cap` piec
 
 For each: `prepare_s` (tokenizing and checking, what the server does off its event loop before
 the request is queued), `run_s` (the search), `time_ratio` (run_s over the plain request's) and
-`cost_ratio` (the request's cost, `nmt.serving.protocol.check_request`, over the plain one's),
+`cost_ratio` (the request's cost, `nmt.serving.admission.check_request`, over the plain one's),
 medians of `--repeats` runs. The cost model holds where cost_ratio >= time_ratio: a request is
 never counted as cheaper than it is. One torch thread; nothing else should run.
 """
@@ -35,7 +35,7 @@ from nmt.config import DecodeConfig, LengthPenalty, Strategy
 from nmt.data.splits import read_lines
 from nmt.device import describe
 from nmt.metrics import median_seconds
-from nmt.serving.protocol import MAX_BANNED, MAX_CONSTRAINTS, check_request
+from nmt.serving.admission import MAX_BANNED, MAX_CONSTRAINTS, check_request
 from nmt.translation.request import Request
 from nmt.translation.translator import Translator
 

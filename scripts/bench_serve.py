@@ -55,7 +55,7 @@ import httpx
 from nmt.checkpoint import load_checkpoint
 from nmt.config import DecodeConfig, Strategy
 from nmt.metrics import percentiles
-from nmt.serving.protocol import text_cost
+from nmt.serving.admission import text_cost
 from nmt.translation.inputs import read_sources
 
 SERVE = "from nmt.cli.main import main_serve; main_serve()"

@@ -23,6 +23,7 @@ from nmt.models.ensemble import Ensemble
 from nmt.tokenizer import PAD
 from nmt.translation.search import decode_all
 from nmt.translation.translator import Translator
+from nmt.translation.warm_up import warm_up
 
 CPU = torch.device("cpu")
 GREEDY = DecodeConfig(max_len_a=1.0, max_len_b=4)
@@ -138,7 +139,7 @@ def test_warm_up_compiles_what_the_first_requests_need(train_small, demo_dir):
     eager = Translator.from_checkpoint(ckpt, settings, "cpu")
     compiled = Translator(eager.model, eager.vocabs, CPU, decode=replace(settings, compile=True))
     torch._dynamo.reset()
-    compiled.warm_up()
+    warm_up(compiled)
     made = graphs()
     assert made > 0
     assert compiled.translate(texts[:1]) == eager.translate(texts[:1])

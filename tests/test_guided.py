@@ -112,8 +112,8 @@ def _mass_on_links(ckpt, monkeypatch) -> float:
 def test_guided_attention_puts_more_weight_on_the_links_and_is_read_back(guided_runs, monkeypatch):
     plain = Translator.from_checkpoint(guided_runs[0.0], device="cpu")
     taught = Translator.from_checkpoint(guided_runs[1.0], device="cpu")
-    assert plain.taught_attention is None and taught.taught_attention == (-2, 0)
-    assert reading_of(taught) == Reading(layer=-2, head=0, both=True)
+    assert plain.facts.taught is None and taught.facts.taught == (-2, 0)
+    assert reading_of(taught.facts.taught) == Reading(layer=-2, head=0, both=True)
     mass = {w: _mass_on_links(ckpt, monkeypatch) for w, ckpt in guided_runs.items()}
     assert mass[1.0] > mass[0.0] + 0.1, mass
 

@@ -211,3 +211,45 @@ def test_no_function_grows_a_long_parameter_list():
     assert not MANY_PARAMETERS - long, (
         f"no longer long, take them off the list: {MANY_PARAMETERS - long}"
     )
+
+
+# what nmt/serving/ may import from nmt/documents/: the text loop as one object (started by
+# `text_job`, driven by the server), its result, and what an answer writes. The loop's inner steps
+# (planning, the check for skipped sentences, rejoining) stay in documents/: a server that
+# assembled them again would be a second copy of the loop
+SERVING_FROM_DOCUMENTS = {
+    ("nmt.documents.job", "TextJob"),
+    ("nmt.documents.texts", "text_job"),
+    ("nmt.documents.texts", "TEXT_FORMATS"),
+    ("nmt.documents.blocks", "BlockResult"),
+    ("nmt.documents.alignment", "moses"),
+}
+SERVING_MOST_LINES = 60  # the longest function of nmt/serving/
+
+
+def test_serving_drives_the_text_job_and_does_not_assemble_it():
+    """nmt/serving/ imports from nmt/documents/ only the job's public names
+    (SERVING_FROM_DOCUMENTS), never the loop's inner steps."""
+    found = set()
+    for path in sorted((PACKAGE / "serving").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("nmt.doc"):
+                found |= {(node.module, alias.name, path.name) for alias in node.names}
+            elif isinstance(node, ast.Import):
+                found |= {(a.name, "*", path.name) for a in node.names if "documents" in a.name}
+    assert ("nmt.documents.job", "TextJob", "server.py") in found  # the walk sees them
+    wrong = sorted(f for f in found if f[:2] not in SERVING_FROM_DOCUMENTS)
+    assert not wrong, f"nmt/serving/ imports the text loop's inner parts: {wrong}"
+
+
+def test_no_function_of_serving_is_long():
+    """No function of nmt/serving/ is longer than SERVING_MOST_LINES lines (a route table, a
+    request's handler, a shape's reader each fit in one screen)."""
+    long = []
+    for path in sorted((PACKAGE / "serving").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > SERVING_MOST_LINES:
+                    long.append(f"{path.name}:{node.lineno} {node.name} ({lines} lines)")
+    assert not long, f"functions over {SERVING_MOST_LINES} lines: {long}"

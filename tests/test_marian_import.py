@@ -238,9 +238,9 @@ def test_an_import_keeps_the_start_words_and_edges_of_a_text_it_is_given(
     out, text = tmp_path / "with_text", demo_dir / "train.de"
     assert cli.import_model([f"source={hf_dir}", f"out={out}", f"sentence_text=[{text}]"]) == 0
     translator = Translator.from_checkpoint(out, device="cpu")
-    assert {"Ich", "Wir"} <= translator.sentence_starts
-    assert translator.sentence_edges.start_share("Ich") > 0.9
-    assert not Translator.from_checkpoint(marian[1], device="cpu").sentence_edges  # without
+    assert {"Ich", "Wir"} <= translator.facts.starts
+    assert translator.facts.edges.start_share("Ich") > 0.9
+    assert not Translator.from_checkpoint(marian[1], device="cpu").facts.edges  # without
     missing = tmp_path / "nowhere.de"
     args = [f"source={hf_dir}", f"out={tmp_path / 'x'}", f"sentence_text=[{missing}]"]
     assert cli.import_model(args) == 2

@@ -469,7 +469,8 @@ def test_the_repetition_penalty_is_the_score_of_stepping_through_with_it(family)
 def test_the_repetition_penalty_is_a_request_option_the_exported_runtimes_refuse():
     from nmt.export.ct2 import decode_options
     from nmt.export.runtime import check_supported
-    from nmt.serving.protocol import BadRequest, request_decode
+    from nmt.serving.admission import request_decode
+    from nmt.serving.http import BadRequest
     from nmt.translation.request import Request
 
     assert request_decode(DecodeConfig(), {"repetition_penalty": 1.3}, 16).repetition_penalty == 1.3

@@ -31,9 +31,10 @@ from nmt.config import DecodeConfig, Strategy, TransformerConfig
 from nmt.errors import NMTError
 from nmt.models import build_model
 from nmt.run_config import ServeRunConfig
-from nmt.serving import protocol
+from nmt.serving import admission
+from nmt.serving.admission import check_request, request_decode
 from nmt.serving.app import create_app, load_app
-from nmt.serving.protocol import check_request, describe_model, request_decode
+from nmt.serving.info import describe_model
 from nmt.translation.request import Request
 from nmt.translation.translator import Translator
 
@@ -166,7 +167,7 @@ def test_attention_has_a_map_per_hypothesis_shaped_by_the_pieces(client, ckpt):
 
 
 def test_attention_too_large_to_send_is_left_out_with_a_reason(client, monkeypatch):
-    monkeypatch.setattr(protocol, "MAX_ATTENTION_WEIGHTS", 20)
+    monkeypatch.setattr("nmt.serving.native.MAX_ATTENTION_WEIGHTS", 20)
     result = post(client, {"text": SENTENCES[0], "attention": True})["translations"][0]
     assert result["text"] and result["attention"] is None
     assert "more than the 20 this server returns" in result["attention_omitted"]
@@ -229,7 +230,7 @@ def test_the_beam_tree_holds_the_nbest_with_their_texts(client, translator):
 
 
 def test_a_tree_too_large_to_send_is_left_out_with_a_reason(client, monkeypatch):
-    monkeypatch.setattr("nmt.serving.protocol.MAX_TREE_NODES", 3)
+    monkeypatch.setattr("nmt.serving.native.MAX_TREE_NODES", 3)
     result = post(client, {"text": SENTENCES[0], "beam_tree": True})["translations"][0]
     assert result["beam_tree"] is None and "more than the 3" in result["beam_tree_omitted"]
 
@@ -575,11 +576,11 @@ def test_health_is_answered_while_a_request_is_checked(ckpt, monkeypatch):
     the largest banned lists the limits allow) runs off the event loop: /health answers at once
     while a check takes 1.5 s. A light request is checked on the loop (a thread would cost more
     than its check)."""
-    texts = [SENTENCES[0], "a" * protocol.LIGHT_CHARS]
-    assert protocol.light(Request(texts[:1], BEAM))
-    assert not protocol.light(Request(texts[:1], BEAM, banned=["dog"]))
-    assert not protocol.light(Request(texts[:1], BEAM, constraints=[["dog"]]))
-    assert not protocol.light(Request(texts, BEAM))
+    texts = [SENTENCES[0], "a" * admission.LIGHT_CHARS]
+    assert admission.light(Request(texts[:1], BEAM))
+    assert not admission.light(Request(texts[:1], BEAM, banned=["dog"]))
+    assert not admission.light(Request(texts[:1], BEAM, constraints=[["dog"]]))
+    assert not admission.light(Request(texts, BEAM))
     real = Translator.prepare
 
     def slow(self, request, warn=True):
@@ -663,7 +664,7 @@ def test_info_describes_the_chosen_members_maps_not_the_first_ones(ckpt):
     attention_maps follow ensemble_attention; the mean averages the members that have maps."""
     from nmt.checkpoint import load_checkpoint
     from nmt.config import AttentionType
-    from nmt.serving.app import ensemble_attention
+    from nmt.serving.info import ensemble_attention
 
     gru = load_checkpoint(ckpt)
     model_cfg = TransformerConfig(d_model=32, heads=4, ff_size=64, encoder_layers=2,

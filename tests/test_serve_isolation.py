@@ -15,8 +15,8 @@ from test_serve import BEAM, LIMITS, tiny_checkpoint
 from test_serve_batching import assert_same
 
 from nmt.run_config import ServeRunConfig
+from nmt.serving.admission import MAP_WEIGHTS_PER_STEP, map_size, text_cost
 from nmt.serving.app import load_app
-from nmt.serving.protocol import MAP_WEIGHTS_PER_STEP, map_size, text_cost
 from nmt.translation.request import Request
 from nmt.translation.translator import Translator
 

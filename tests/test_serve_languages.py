@@ -19,8 +19,9 @@ from test_serve import BEAM, post, serve_config
 from test_serve_browser import CHROMIUM, api, browser_page, score_api, serving
 
 from nmt.cli import main as cli
-from nmt.serving.app import batch_key, load_app
-from nmt.serving.protocol import check_request, text_cost
+from nmt.serving.admission import check_request, text_cost
+from nmt.serving.app import load_app
+from nmt.serving.server import batch_key
 from nmt.translation.inputs import read_sources
 from nmt.translation.request import Request
 from nmt.translation.translator import Translator

@@ -18,11 +18,14 @@ import pytest
 import uvicorn
 from test_serve import BEAM, SENTENCES, serve_config, tiny_checkpoint
 
+from nmt.config import DecodeConfig
+from nmt.run_config import ServeRunConfig
 from nmt.serving.app import listen, load_app
 from nmt.translation.translator import Translator
 
 CLIENTS = 24
 ROUNDS = 6  # requests per client
+GREEDY = DecodeConfig()
 
 
 @pytest.fixture(scope="module")
@@ -110,3 +113,54 @@ def test_many_clients_get_their_own_translations_in_full_batches_in_bounded_memo
     assert items == CLIENTS * ROUNDS and items / decodes >= CLIENTS / 2, (items, decodes)
     assert batcher.queued == 0 and batcher.refused == 0
     assert grown < 40, f"resident memory grew {grown:.1f} MB over {len(answers)} requests"
+
+
+async def health_while(port: int, path: str, body: dict) -> tuple[int, dict, float, float]:
+    """POST `body` on one connection while another polls GET /health every 0.05 s: its status
+    and answer, the seconds it took, and the longest /health answer meanwhile."""
+    streams = await asyncio.open_connection("127.0.0.1", port)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    request = asyncio.create_task(post(streams, path, body))
+    slowest = 0.0
+    while not request.done():
+        sent = loop.time()
+        writer.write(b"GET /health HTTP/1.1\r\nHost: test\r\n\r\n")
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+        await reader.readexactly(length)
+        slowest = max(slowest, loop.time() - sent)
+        await asyncio.sleep(0.05)
+    status, answer = await request
+    took = loop.time() - start
+    for w in (streams[1], writer):
+        w.close()
+    return status, answer, took, slowest
+
+
+@pytest.mark.parametrize(
+    "text, fmt",
+    [
+        ("<a " * 33_333, "html"),  # a tag that never closes: every "<" starts one
+        ("<b>1</b> " * 11_111, "html"),  # 33,333 codes to lift and put back
+        ('<a href="' * 11_111, "html"),  # quoted attributes that never close
+        ("<!--" * 25_000, "html"),  # comments that never end
+        ("Ich sehe Äpfel. " * 600, "text"),  # 600 sentences: more than max_queue alone
+    ],
+)
+def test_a_hostile_or_long_text_holds_neither_the_server_nor_itself(ckpt, text, fmt):
+    """The text work of a request of max_chars (reading markup, splitting, checking, putting
+    the codes back) runs in linear time and off the event loop: /health answers within
+    milliseconds meanwhile, and the request is answered. A text of more sentences than
+    max_queue is taken by an idle server (it was refused with 503 every time)."""
+    app = load_app(ServeRunConfig(ckpt=str(ckpt), device="cpu", decode=GREEDY, max_queue=512))
+    with Served(app) as served:
+        status, answer, took, slowest = asyncio.run(
+            health_while(served.port, "/translate", {"text": text, "format": fmt})
+        )
+    assert status == 200, answer
+    assert slowest < 0.5, f"/health took {slowest:.2f} s during the request"
+    assert took < 30, f"the request took {took:.1f} s"
+    if fmt == "text":
+        assert len(answer["translations"][0]["sentences"]) == 600

@@ -270,6 +270,24 @@ def test_interactive_prompt_translates_a_paragraph_as_a_pipe_does(trained, monke
     assert out == [p.rstrip("\n") for p in piped] and "https://nmt.example/a?b=1" in out[0]
 
 
+def test_an_unknown_command_at_the_prompt_is_named_not_translated(trained, monkeypatch, capsys):
+    """/help lists the commands; a word after a slash that is no command says so and lists
+    them: neither is translated as a sentence. A line of text after them still is."""
+    from nmt.cli.prompt import COMMANDS, REPL_HELP, repl
+    from nmt.run_config import TranslateRunConfig
+    from nmt.translation.translator import Translator
+
+    ckpt = trained / "checkpoints" / "best"
+    translator = Translator.from_checkpoint(ckpt, device="cpu")
+    sentence = "Er zählt zwölf Katzen."
+    type_into_repl(monkeypatch, ["/help", "/hilfe", sentence])
+    repl(translator, TranslateRunConfig(str(ckpt)))
+    out, err = capsys.readouterr()
+    assert out.splitlines()[0] == translator.translate([sentence])[0]  # the sentence alone
+    assert "no command /hilfe" in err and ", ".join(COMMANDS) in err
+    assert err.count(REPL_HELP) == 3  # at the start, for /help and for /hilfe
+
+
 def test_interactive_prompt_lists_the_n_best_with_scores(trained, monkeypatch, capsys):
     from nmt.cli.prompt import repl
     from nmt.config import DecodeConfig, Strategy

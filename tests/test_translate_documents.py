@@ -4,6 +4,7 @@ Markdown, SubRip, Word) as file jobs, and nmt-serve's "format" and "alignments".
 
 import re
 import shutil
+from dataclasses import replace
 
 import docx
 import pytest
@@ -66,7 +67,7 @@ def test_a_run_keeps_the_words_that_start_its_sentences_and_cuts_an_unpunctuated
     """A sentence whose full stop is missing, joined to the next (a caption, a title): the
     checkpoint knows the words its training sentences start with, and cuts before one."""
     assert (ckpt / STARTS_FILE).is_file()
-    assert {"Ich", "Wir"} <= translator.sentence_starts
+    assert {"Ich", "Wir"} <= translator.facts.starts
     first = SENTENCES[0].rstrip(".")
     alone = [t.text for t in translator.translate_full([first, SENTENCES[1]])]
     out = list(translate_stream(translator, [f"{first} {SENTENCES[1]}"], GREEDY,
@@ -95,7 +96,7 @@ def test_a_sentence_the_model_skipped_is_cut_off_and_translated_alone(no_starts,
     request = Request([joined], GREEDY, attention=True)
     whole = translator.run(translator.prepare(request))[0]
     # the premise: this model drops part of the join
-    assert skipped_run(whole, 0, reading_of(translator))[1] >= LEAST_SKIPPED
+    assert skipped_run(whole, 0, reading_of(translator.facts.taught))[1] >= LEAST_SKIPPED
     alone = [t.text for t in translator.translate_full([first, SENTENCES[1], SENTENCES[2]])]
     lines = [f"{joined}  {SENTENCES[2]}", joined]  # sentencex cuts the first line in two
     text = LineFormat(text=TextOptions())
@@ -106,21 +107,50 @@ def test_a_sentence_the_model_skipped_is_cut_off_and_translated_alone(no_starts,
         got = c.post("/translate", json={"texts": lines}).json()["translations"]
         assert [g["text"] for g in got] == out
         assert len(got[0]["sentences"]) == 3
-        monkeypatch.setattr("nmt.serving.app.light", lambda call: False)  # as a large request
+        monkeypatch.setattr("nmt.serving.server.light", lambda call: False)  # as a large request
         got = c.post("/translate", json={"texts": lines}).json()["translations"]
         assert [g["text"] for g in got] == out
-    translator.sentence_edges = SentenceEdges()  # an import, a checkpoint from before them
-    out = list(translate_stream(translator, lines[:1], GREEDY, text))
+    # an import, a checkpoint from before them
+    unchecked = translator.with_facts(replace(translator.facts, edges=SentenceEdges()))
+    out = list(translate_stream(unchecked, lines[:1], GREEDY, text))
     assert out == [f"{whole.text}  {alone[2]}"]
+
+
+def test_the_server_keeps_maps_only_for_the_sentences_nmt_translate_keeps_them_for(
+    no_starts, monkeypatch
+):
+    """A checked text's sentences are searched with attention maps only where they are read: a
+    sentence that could be cut (it holds an end then a start), not its neighbours, in nmt-serve
+    as in nmt-translate (the server kept maps for every sentence of a checked text)."""
+    searched = []
+    run = Translator.run
+
+    def spy(self, prepared):
+        searched.extend((t.segment.text, prepared.attention) for t in prepared.texts)
+        return run(self, prepared)
+
+    monkeypatch.setattr(Translator, "run", spy)
+    first = SENTENCES[0].rstrip(".")
+    line = f"{first} {SENTENCES[1]}  {SENTENCES[2]}"
+    translator = Translator.from_checkpoint(no_starts, device="cpu", decode=GREEDY)
+    out = list(translate_stream(translator, [line], GREEDY, LineFormat(text=TextOptions())))
+    by_cli = sorted(searched)
+    assert (SENTENCES[2], False) in by_cli and (f"{first} {SENTENCES[1]}", True) in by_cli
+    cfg = ServeRunConfig(ckpt=str(no_starts), device="cpu", decode=GREEDY)
+    with TestClient(load_app(cfg)) as c:
+        searched.clear()  # the warm-up's
+        got = c.post("/translate", json={"text": line}).json()["translations"][0]
+    assert got["text"] == out[0] and sorted(searched) == by_cli
 
 
 def test_a_sentence_that_starts_with_a_number_is_rejoined_with_one_space(translator):
     """The number is a protected span, lifted out before the split: the gap it leaves ("Äpfel.
     _ Wir", two spaces) is not written back beside the number put back."""
     second = "3 " + SENTENCES[1]
-    alone = [r.plain for r in translate_texts(translator, [SENTENCES[0], second], GREEDY,
+    alone = [r.plain for r in translate_texts(translator, Request([SENTENCES[0], second], GREEDY),
                                               TextOptions())]  # fmt: skip
-    [together] = translate_texts(translator, [f"{SENTENCES[0]} {second}"], GREEDY, TextOptions())
+    [together] = translate_texts(translator, Request([f"{SENTENCES[0]} {second}"], GREEDY),
+                                 TextOptions())  # fmt: skip
     assert together.plain.split() == f"{alone[0]} {alone[1]}".split()  # the same sentences
     assert "  " not in together.text and together.text.split().count("3") == 1
 
@@ -236,6 +266,6 @@ def test_the_server_reads_formats_splits_paragraphs_and_returns_alignments(ckpt,
 
 
 def test_the_library_translates_texts_in_their_format(translator):
-    results = translate_texts(translator, ["Ich sehe <b>rote</b> Äpfel."], GREEDY,
+    results = translate_texts(translator, Request(["Ich sehe <b>rote</b> Äpfel."], GREEDY),
                               TextOptions(format=TextFormat.html, alignments=True))  # fmt: skip
     assert results[0].text.count("<b>") == 1 and results[0].alignment

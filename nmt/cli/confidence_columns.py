@@ -8,10 +8,11 @@ import logging
 from dataclasses import replace
 from pathlib import Path
 
-from nmt.config import DecodeConfig, Strategy, TextOptions
+from nmt.config import Strategy, TextOptions
 from nmt.documents.blocks import BlockResult
 from nmt.documents.texts import translate_texts
 from nmt.translation.confidence import Calibration, Confidence, combine, judge_all
+from nmt.translation.request import Request
 from nmt.translation.translator import Translator
 
 log = logging.getLogger(__name__)
@@ -35,28 +36,26 @@ def line_confidences(
 
 def retry_flagged(
     translator: Translator,
-    lines: list[str],
-    first: int,
-    decode: DecodeConfig,
+    request: Request,
     options: TextOptions,
     calibration: Calibration,
-    tgt_lang: str | None,
     done: tuple[list[BlockResult], list[Confidence]],
 ) -> None:
-    """Flagged lines translated again with RETRY's settings; the likelier good one is kept (in
-    place in `done`'s results and confidences)."""
+    """The flagged lines of `request` translated again with RETRY's settings; the likelier good
+    one is kept (in place in `done`'s results and confidences)."""
     results, found = done
     flagged = [i for i, c in enumerate(found) if c.flags]
     if not flagged:
         return
+    decode = request.decode
     again = replace(decode, **RETRY, beam_size=max(decode.beam_size, 8))
-    redone = translate_texts(translator, [lines[i] for i in flagged], again, options, tgt_lang,
-                             first, statistics=calibration.temperature)  # fmt: skip
-    judged = line_confidences(translator, redone, calibration, tgt_lang)
+    texts = [request.texts[i] for i in flagged]
+    redone = translate_texts(translator, replace(request, texts=texts, decode=again), options)
+    judged = line_confidences(translator, redone, calibration, request.tgt_lang)
     for i, result, confidence in zip(flagged, redone, judged):
         if result.failure is None and confidence.sentence > found[i].sentence:
             results[i], found[i] = result, confidence
-            log.info("line %d: translated again (%s), kept", first + i,
+            log.info("line %d: translated again (%s), kept", request.first_line + i,
                      ", ".join(found[i].flags) or "no flag left")  # fmt: skip
 
 

@@ -14,6 +14,7 @@ from nmt.distributed import Dist
 from nmt.documents.files import DocumentFile, translate_segments
 from nmt.errors import NMTError
 from nmt.run_config import TranslateRunConfig
+from nmt.translation.request import Request
 from nmt.translation.translator import Translator
 
 
@@ -46,7 +47,8 @@ def translate_document(
     def translate(lines: list[str], first: int) -> list[str]:
         found = [tuple(json.loads(line)) for line in lines]
         found = [(text, TextFormat(fmt)) for text, fmt in found]
-        done = translate_segments(translator, found, decode, cfg, cfg.tgt_lang, first)
+        request = Request([], decode, tgt_lang=cfg.tgt_lang, first_line=first, noun="segment")
+        done = translate_segments(translator, found, request, cfg)
         return [json.dumps(t, ensure_ascii=False) for t in done]
 
     job.run(translate)

@@ -36,6 +36,7 @@ from nmt.translation.confidence import (
     search_kind,
     token_eces,
 )  # fmt: skip
+from nmt.translation.request import Request
 from nmt.translation.translator import Translator
 
 log = logging.getLogger(__name__)
@@ -247,7 +248,8 @@ def _translate(
     def translate(lines: list[str], first: int) -> list[str]:
         """A line of several sentences split and rejoined, protected spans kept
         (`nmt.documents.texts`); a line the search cannot translate is blank, and named."""
-        done = translate_texts(translator, lines, decode, cfg, tgt_lang, first)
+        request = Request(lines, decode, tgt_lang=tgt_lang, first_line=first)
+        done = translate_texts(translator, request, cfg)
         return [r.text for r in done]
 
     job.run(translate)

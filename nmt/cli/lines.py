@@ -131,14 +131,14 @@ def text_lines(
     its alignment and its confidence columns when asked; a line with no translation is blank, and
     named."""
     temperature = None if fmt.calibration is None else fmt.calibration.temperature
-    results = translate_texts(translator, lines, decode, fmt.text, fmt.tgt_lang, first,
-                              statistics=temperature)  # fmt: skip
+    request = Request(lines, decode, tgt_lang=fmt.tgt_lang, first_line=first,
+                      statistics=temperature)  # fmt: skip
+    results = translate_texts(translator, request, fmt.text)
     found = None
     if fmt.calibration is not None:
         found = line_confidences(translator, results, fmt.calibration, fmt.tgt_lang)
         if fmt.retry_flagged:
-            retry_flagged(translator, lines, first, decode, fmt.text, fmt.calibration,
-                          fmt.tgt_lang, (results, found))  # fmt: skip
+            retry_flagged(translator, request, fmt.text, fmt.calibration, (results, found))
     out = []
     for n, result in enumerate(results, first):
         if result.failure is not None:

@@ -8,6 +8,7 @@ gives it (`nmt.cli.lines`).
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 from dataclasses import replace
 
@@ -32,7 +33,12 @@ REPL_HELP = """Type a sentence and press Enter; Ctrl-C cancels, Ctrl-D quits. Co
   /avoid A; B    translations never contain the phrases A or B (the last sentence again)
   /avoid         no phrases to avoid
   /show          the prefix and the phrases in force
-  /tree          the search tree of the last sentence (decode=beam shows the whole beam)"""
+  /tree          the search tree of the last sentence (decode=beam shows the whole beam)
+  /help          these lines
+A line that starts with "/" and a word is a command; any other line is translated."""
+COMMANDS = ("/prefix", "/include", "/avoid", "/show", "/tree", "/help")
+# what a command looks like: "/" and letters; "/usr/bin ist ein Ordner." is text
+COMMAND = re.compile(r"/[A-Za-z]+")
 
 
 def _phrases(argument: str) -> list[str]:
@@ -113,6 +119,12 @@ def repl(translator: Translator, cfg: TranslateRunConfig) -> None:
         elif command == "/show":
             print(_describe(prefix, include, avoid), file=sys.stderr)
             continue
+        elif command == "/help" or (COMMAND.fullmatch(command) and command not in COMMANDS):
+            if command != "/help":  # a typo of a command is not a sentence to translate
+                print(f"(no command {command}: the commands are {', '.join(COMMANDS)})",
+                      file=sys.stderr)  # fmt: skip
+            print(REPL_HELP, file=sys.stderr)
+            continue
         elif tree:
             if not last:
                 print("(translate a sentence first)", file=sys.stderr)
@@ -164,7 +176,7 @@ def as_text(translator: Translator, cfg: TranslateRunConfig, line: str) -> bool:
         return True
     if read_block(line.strip(), TextFormat.text, cfg).codes:
         return True
-    parts = split(line, translator.source_language or "", translator.sentence_starts)
+    parts = split(line, translator.facts.language or "", translator.facts.starts)
     return cfg.split_sentences and len(parts.sentences) > 1
 
 

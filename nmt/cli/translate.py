@@ -38,8 +38,10 @@ from nmt.documents.files import open_document, translate_segments
 from nmt.errors import NMTError
 from nmt.run_config import TranslateRunConfig, flatten
 from nmt.translation.confidence import for_checkpoint, search_kind
+from nmt.translation.request import Request
 from nmt.translation.rerank import Reranker
 from nmt.translation.translator import Translator
+from nmt.translation.warm_up import warm_up
 
 
 def translate_main(cfg: TranslateRunConfig) -> None:
@@ -65,7 +67,7 @@ def translate_main(cfg: TranslateRunConfig) -> None:
     translator = Translator.from_command(cfg, cfg.decode, device)
     translator.tags.ids(cfg.tgt_lang)  # an unknown tgt_lang fails before any input is read
     if interactive:
-        translator.warm_up()  # the first line typed is answered as fast as the next ones
+        warm_up(translator)  # the first line typed is answered as fast as the next ones
         repl(translator, cfg)
         return
     reranker = Reranker.from_command(cfg, translator) if cfg.rerank else None
@@ -79,8 +81,8 @@ def translate_main(cfg: TranslateRunConfig) -> None:
     if document is not None:  # a document to standard output, translated whole
         if document.fmt == TextFormat.docx:
             raise NMTError(f"input={cfg.input} is a Word file: give output=FILE.docx")
-        done = translate_segments(translator, document.segments(), translator.decode, cfg,
-                                  cfg.tgt_lang)  # fmt: skip
+        request = Request([], translator.decode, tgt_lang=cfg.tgt_lang, noun="segment")
+        done = translate_segments(translator, document.segments(), request, cfg)
         sys.stdout.write(document.text.write(done))
         return
     if cfg.input is not None and (cfg.prefix_tsv or cfg.constraints_tsv):

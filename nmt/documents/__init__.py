@@ -5,7 +5,10 @@
                   word alignment, well-formed
     protect.py    protected spans: URLs, e-mail addresses, placeholders, numbers, your patterns
     alignment.py  word alignments from a translation's cross-attention (Moses i-j)
-    blocks.py     blocks translated: split, searched as one batch, rejoined, codes put back
+    blocks.py     blocks as the search sees them: split into sentences, rejoined, codes put back
+    recovery.py   sentences the model skipped part of, found in its attention and cut
+    job.py        the text loop (TextJob): which searches a round needs, their results taken,
+                  without I/O; translate_blocks, its blocking driver (nmt-serve's is async)
     texts.py      texts in a format (a line, an HTTP text): text, html, xml, markdown
     segments.py   a text file as segments and the bytes around them; the file written back
     markdown.py   Markdown's inline syntax as codes, and a file's segments (markdown-it-py)

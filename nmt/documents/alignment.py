@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nmt.translation.translator import Translation, Translator
+from nmt.translation.translator import Translation
 
 # measured (docs/documents.md): the first layer read both ways puts the tagged word's translation
 # inside its tags most often, in a Transformer (0.94 of lines, the top layer one way 0.80) and in
@@ -66,10 +66,9 @@ class Reading:
 UNTAUGHT = Reading()  # the reading measured best for attention not trained to align
 
 
-def reading_of(translator: Translator) -> Reading:
-    """How a translator's alignments are read: off the head trained to align
-    (`Translator.taught_attention`, train.guided_alignment), else as measured best untaught."""
-    taught = translator.taught_attention
+def reading_of(taught: tuple[int, int] | None) -> Reading:
+    """How a model's alignments are read: off its head trained to align, (layer, head)
+    (`TextFacts.taught`, train.guided_alignment), else as measured best untaught."""
     if taught is None:
         return UNTAUGHT
     return Reading(layer=taught[0], head=taught[1], both=TAUGHT_BOTH)

@@ -1,40 +1,30 @@
-"""Blocks of text translated: each split into sentences, every sentence of every block searched in
-one batch, each block's translation rejoined with its own whitespace and its inline codes put
-back by the word alignment.
+"""Blocks of text as the search sees them: each block split into its sentences (`Plan`), and each
+block's translation rejoined from its sentences' with its own whitespace and its inline codes put
+back by the word alignment (`finish_blocks`).
 
-    results = translate_blocks(translator, [lift_markup("Ein <b>Hund</b> läuft. Er bellt.")],
-                               decode, TextOptions(format=TextFormat.html))
-    results[0].text        # 'A <b>dog</b> runs. He barks.'
-    results[0].alignment   # [(0, 0), (1, 1), (2, 2), (3, 3), (4, 4)]
+    plan = plan_blocks([lift_markup("Ein <b>Hund</b> läuft. Er bellt.")], "de", options)
+    plan.sentences                  # ['Ein Hund läuft.', 'Er bellt.']
+    finish_blocks(plan, found, 0)   # [BlockResult('A <b>dog</b> runs. He barks.', ...)]
 
-The translator sees sentences and nothing else (`nmt.translation`): a block without codes whose
-text is one sentence is translated as that text is alone, byte for byte. The sentences of a
-block the splitter cut are checked after the search: one whose translation skipped part of it
-where a sentence could have ended is cut there and its parts searched (`nmt.documents.recovery`).
-The search keeps the attention maps only of the sentences whose alignment is needed (a block
-with codes, or `alignments` asked for) or that are checked and could be cut, in a request of
-their own, so the others pay nothing for them.
-Warnings (a source cut to decode.max_src_pieces) and a failure (the search found no translation
-of a sentence: the block's translation is then blank) name the block by its number, `first`
-numbering the first (a file's line).
+The loop that searches the sentences, checks them and cuts those the model skipped part of is
+`nmt.documents.job.TextJob`. A block without codes whose text is one sentence is translated as
+that text is alone, byte for byte. Warnings (a source cut to decode.max_src_pieces) and a failure
+(the search found no translation of a sentence: the block's translation is then blank) are the
+block's.
 """
 
 from __future__ import annotations
 
-import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
-from nmt.config import DecodeConfig, TextOptions
+from nmt.config import TextOptions
 from nmt.data.starts import SentenceEdges
-from nmt.documents.alignment import UNTAUGHT, Reading, reading_of, word_alignment
+from nmt.documents.alignment import UNTAUGHT, Reading, word_alignment
 from nmt.documents.inline import Block, place
 from nmt.documents.protect import lift_protected, pattern
-from nmt.documents.recovery import ROUNDS, edge_cuts, recovery_cut
+from nmt.documents.recovery import edge_cuts, recovery_cut
 from nmt.documents.sentences import Split, split
-from nmt.translation.request import Request
-from nmt.translation.translator import Translation, Translator
-
-log = logging.getLogger(__name__)
+from nmt.translation.translator import Translation
 
 
 @dataclass
@@ -94,7 +84,7 @@ class Plan:
 
 def plan_blocks(
     blocks: list[Block],
-    language: str,
+    language: str | None,
     options: TextOptions,
     starts: frozenset[str] = frozenset(),
     edges: SentenceEdges | None = None,
@@ -144,66 +134,13 @@ def finish_blocks(
 ) -> list[BlockResult]:
     """Each block's result from its sentences' translations (`found`: in `plan.sentences`' order;
     `skip`: the pieces of the target tag before each source; `reading`: which attention the
-    alignments are read off, `reading_of` the translator)."""
+    alignments are read off, `reading_of` the model's taught head)."""
     out, k = [], 0
     for block, parts, aligned in zip(plan.blocks, plan.splits, plan.aligned):
         sentences = found[k : k + len(parts.sentences)]
         k += len(parts.sentences)
         out.append(_result(block, parts, sentences, aligned, skip, reading))
     return out
-
-
-def translate_blocks(
-    translator: Translator,
-    blocks: list[Block],
-    decode: DecodeConfig,
-    options: TextOptions,
-    tgt_lang: str | None = None,
-    first: int = 1,
-    noun: str = "line",
-    statistics: float | None = None,
-) -> list[BlockResult]:
-    """Each block translated (see the module's notes); the blocks' codes already lifted
-    (`nmt.documents.inline`, `protected`). `statistics`: each sentence's translation carries
-    its piece statistics at this temperature (`Request.statistics`, for its confidence)."""
-    plan = plan_blocks(blocks, translator.source_language, options, translator.sentence_starts,
-                       translator.sentence_edges)  # fmt: skip
-    skip = len(translator.tags.ids(tgt_lang))  # the target tag before each source
-    reading = reading_of(translator)
-    found: list[Translation | None] = [None] * len(plan.sentences)
-    for round in range(ROUNDS + 1):
-        fresh = {i for i, t in enumerate(found) if t is None}
-        _search(translator, plan, found, Request([], decode, tgt_lang=tgt_lang, noun=noun,
-                                                 statistics=statistics))  # fmt: skip
-        if round == ROUNDS:
-            break
-        cuts = recovery_cuts(plan, found, skip, reading, translator.sentence_edges, fresh)
-        if not cuts:
-            break
-        plan, found = plan.cut(cuts), spread(found, cuts)
-    out = finish_blocks(plan, found, skip, reading)
-    for i, result in enumerate(out):
-        for message in result.warnings:
-            log.warning("%s %d: %s", noun, first + i, message)
-    return out
-
-
-def _search(
-    translator: Translator, plan: Plan, found: list[Translation | None], like: Request
-) -> None:
-    """Each sentence of `plan` that `found` (in `plan.sentences`' order) has no translation of
-    (None) searched with `like`'s settings: those that need attention maps (`Plan.mapped`) with
-    them, the others without."""
-    edges = translator.sentence_edges
-    sentences = [(i, s) for i, parts in enumerate(plan.splits) for s in parts.sentences]
-    mapped = [t is None and plan.mapped(i, s, edges) for t, (i, s) in zip(found, sentences)]
-    for with_maps in (False, True):
-        where = [n for n, t in enumerate(found) if t is None and mapped[n] == with_maps]
-        if not where:
-            continue
-        request = replace(like, texts=[sentences[n][1] for n in where], attention=with_maps)
-        for n, t in zip(where, translator.run(translator.prepare(request, warn=False))):
-            found[n] = t
 
 
 def _sentences(text: str, language: str | None, wanted: bool, starts: frozenset[str]) -> Split:

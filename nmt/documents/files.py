@@ -3,7 +3,7 @@ translations. nmt-translate's file job (`nmt.cli.translate`) translates the segm
 chunks as it translates lines.
 
     doc = open_document(Path("page.html"), TextFormat.auto)   # None: a file of lines
-    done = translate_segments(translator, doc.segments(), decode, options)
+    done = translate_segments(translator, doc.segments(), Request([], decode), options)
     doc.write(done, Path("page.en.html"))
 
 HTML (.html .htm .xhtml), Markdown (.md .markdown), SubRip (.srt) and Word (.docx) by their
@@ -20,13 +20,15 @@ import logging
 import os
 from pathlib import Path
 
-from nmt.config import DecodeConfig, TextFormat, TextOptions
+from nmt.config import TextFormat, TextOptions
 from nmt.documents import html, markdown, srt
-from nmt.documents.blocks import translate_blocks
+from nmt.documents.job import translate_blocks
 from nmt.documents.segments import Document
 from nmt.documents.texts import read_block
 from nmt.documents.word import WordDocument
 from nmt.errors import NMTError
+from nmt.translation.request import Request
+from nmt.translation.translator import Translator
 
 log = logging.getLogger(__name__)
 
@@ -86,19 +88,19 @@ def open_document(path: Path, fmt: TextFormat) -> DocumentFile | None:
 
 
 def translate_segments(
-    translator,
+    translator: Translator,
     segments: list[tuple[str, TextFormat]],
-    decode: DecodeConfig,
+    request: Request,
     options: TextOptions,
-    tgt_lang: str | None = None,
-    first: int = 1,
 ) -> list[str]:
-    """Each segment translated (its source again where the search found no translation)."""
+    """Each segment (text, format) translated with `request`'s settings, target language and
+    numbering (its texts are not read: the segments are); a segment the search found no
+    translation for keeps its source, with a warning naming it."""
     blocks = [read_block(text, fmt, options) for text, fmt in segments]
-    results = translate_blocks(translator, blocks, decode, options, tgt_lang, first, "segment")
+    results = translate_blocks(translator, blocks, request, options)
     out = []
-    for n, (result, block) in enumerate(zip(results, blocks), first):
+    for n, (result, block) in enumerate(zip(results, blocks), request.first_line):
         if result.failure is not None:
-            log.warning("segment %d keeps its source text: %s", n, result.failure)
+            log.warning("%s %d keeps its source text: %s", request.noun, n, result.failure)
         out.append(result.text if result.failure is None else block.render())
     return out

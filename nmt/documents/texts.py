@@ -1,8 +1,9 @@
 """Texts in a format, translated: what nmt-translate's lines, nmt-evaluate's sentences and
-nmt-serve's texts go through (`nmt.documents.blocks` for the work).
+nmt-serve's texts go through (`nmt.documents.job` for the loop).
 
-    translate_texts(translator, ["Ein Hund läuft. Er bellt."], decode, TextOptions())
-    translate_texts(translator, ["Ein <b>Hund</b>."], decode, TextOptions(format=TextFormat.html))
+    translate_texts(translator, Request(["Ein Hund läuft. Er bellt."], decode), TextOptions())
+    translate_texts(translator, Request(["Ein <b>Hund</b>."], decode),
+                    TextOptions(format=TextFormat.html))
 
 A text is read as its format says (`read_block`): plain text as it is, HTML and XML with their
 inline tags lifted out as codes, Markdown with its inline syntax; then its protected spans
@@ -12,11 +13,14 @@ in, N results out, in order; a blank text gives a blank result.
 
 from __future__ import annotations
 
-from nmt.config import DecodeConfig, TextFormat, TextOptions
-from nmt.documents.blocks import BlockResult, protected, translate_blocks
+from nmt.config import TextFormat, TextOptions
+from nmt.documents.blocks import BlockResult, protected
 from nmt.documents.inline import Block, lift_markup, plain
+from nmt.documents.job import TextJob, run_job
 from nmt.documents.markdown import lift_markdown
 from nmt.errors import NMTError
+from nmt.translation.request import Request
+from nmt.translation.translator import Translator
 
 # the formats of one text (a line, an HTTP text); the others are files' (nmt.documents.files)
 TEXT_FORMATS = (TextFormat.text, TextFormat.html, TextFormat.xml, TextFormat.markdown)
@@ -41,18 +45,22 @@ def read_block(text: str, fmt: TextFormat, options: TextOptions) -> Block:
     return protected(block, options)
 
 
+def read_texts(texts: list[str], options: TextOptions) -> list[Block]:
+    """Each text read as a block in `options.format` (`read_block`), its outer whitespace
+    dropped."""
+    return [read_block(text.strip(), options.format, options) for text in texts]
+
+
+def text_job(translator: Translator, request: Request, options: TextOptions) -> TextJob:
+    """The text loop of `request.texts`, each read in its format (`options.format`; auto:
+    text), searched with the request's settings, target language and flags
+    (`nmt.documents.job.TextJob`)."""
+    blocks = read_texts(request.texts, options)
+    return TextJob.for_translator(translator, blocks, request, options)
+
+
 def translate_texts(
-    translator,
-    texts: list[str],
-    decode: DecodeConfig,
-    options: TextOptions,
-    tgt_lang: str | None = None,
-    first: int = 1,
-    noun: str = "line",
-    statistics: float | None = None,
+    translator: Translator, request: Request, options: TextOptions
 ) -> list[BlockResult]:
-    """Each text translated in its format (`options.format`; auto: text); `statistics` as
-    `translate_blocks`'."""
-    blocks = [read_block(text.strip(), options.format, options) for text in texts]
-    return translate_blocks(translator, blocks, decode, options, tgt_lang, first, noun,
-                            statistics)  # fmt: skip
+    """Each of `request.texts` translated in its format (`text_job`, driven by `run_job`)."""
+    return run_job(translator, text_job(translator, request, options))

@@ -1,10 +1,17 @@
 """Serving: `nmt-serve`, a checkpoint behind an HTTP API and a page that shows its attention.
 
-    app.py        the ASGI app, its routes and errors, and `serve_main`
-    protocol.py   the JSON of the API: reading a request, writing translations and /info
+    app.py        the route table, the error handlers, the app's life and `serve_main`
+    native.py     nmt's own JSON shape (/translate): a body read into one Request, answers written
+    score.py      nmt's /score shape
+    info.py       GET /info: the model, its languages, the limits
+    server.py     the Server: requests admitted, batched and translated (documents through the
+                  text loop of nmt.documents.job, driven without blocking); no shape known here
+    admission.py  what a request may ask and what it costs
+    http.py       bodies, refusals and JSON for every shape
     batching.py   concurrent requests decoded together in one worker thread
     web/          the page: plain HTML, CSS and JavaScript, no build step
 
 docs/serve.md is the contract. One `nmt.translation.Translator` serves every request for the
-server's life; each request's decode settings are passed per call.
+server's life; each request's decode settings are passed per call. A new API shape is one module
+beside native.py (its JSON in, its answers out, its statuses) and its routes in app.py.
 """

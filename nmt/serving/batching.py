@@ -28,6 +28,8 @@ single dispatcher hands them, grouped, to one worker thread:
   (its connection's address) has at most `client_share` of that cost waiting, so that no client
   can fill the queue ahead of the others alone: a request that would go over is refused at once
   with `QueueFull`, which says when to try again (the waiting items at the decoding rate so far).
+  A request of more items than `max_queue` alone (a long text split into its sentences) is
+  taken when no item waits, and holds the queue until it has drained below `max_queue`.
 
 `wait_ms=0` turns batching off: every decode holds one request's items (a heavy one still in
 pieces, still taking turns).
@@ -117,6 +119,11 @@ class Batcher:
         """Items waiting for a decode (those of the batch under way not counted)."""
         return sum(r.left for r in self._waiting())
 
+    def counts(self) -> dict[str, int]:
+        """What the batcher has done so far, and how many items wait (for /info)."""
+        names = ("decodes", "requests", "items", "split", "refused", "queued")
+        return {name: getattr(self, name) for name in names}
+
     def queued_cost(self, client: Hashable = None) -> float:
         """The cost of the items waiting for a decode: every client's, or one `client`'s."""
         return sum(r.cost_left for r in self._waiting() if client is None or r.client == client)
@@ -162,10 +169,16 @@ class Batcher:
         or this client's share of it."""
         queued, waiting = self.queued, self.queued_cost()
         mine, share = self.queued_cost(client), self.client_share * self.max_queue_cost
-        if self.max_queue is not None and queued + count > self.max_queue:
+        # a request of more items than the queue holds (a long text, split into its sentences)
+        # is taken when nothing waits, and then fills the queue: decoded in turns, as a costly
+        # request is, it is never refused by an idle server
+        places = count if self.max_queue is None else min(count, self.max_queue)
+        if self.max_queue is not None and queued + places > self.max_queue:
+            alone = " (more than the queue holds: it is taken when nothing waits)"
             why = (
-                f"the server is busy: {queued} sentences wait to be translated, and {count} more "
-                f"would go over max_queue={self.max_queue}"
+                f"the server is busy: {queued} sentences wait to be translated, and {count} more"
+                f"{alone if count > self.max_queue else ''} would go over "
+                f"max_queue={self.max_queue}"
             )
         elif waiting + cost > self.max_queue_cost:
             why = (

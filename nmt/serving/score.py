@@ -1,4 +1,4 @@
-"""POST /score: what the model thinks of given translations (`Translator.score`), as HTTP JSON.
+"""nmt's /score shape: what the model thinks of given translations (`Translator.score`).
 
     {"text": "Ein Hund läuft.", "translation": "A dog runs."}
     {"texts": [...], "translations": [...]}          one translation per text, in order
@@ -20,38 +20,47 @@ translation given the source with that language's tag (and code) before it, as
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import math
+from starlette.requests import Request
+from starlette.responses import Response
 
+from nmt.errors import NMTError
 from nmt.run_config import ServeRunConfig
-from nmt.serving.protocol import BadRequest, check_keys, no_constant, read_tgt_lang, target_tag
-from nmt.tokenizer import clean
+from nmt.serving.batching import QueueFull
+from nmt.serving.http import (
+    BadRequest,
+    body_limit,
+    busy,
+    check_keys,
+    client_of,
+    json_bytes,
+    number,
+    read_body,
+    read_object,
+    read_string,
+)
+from nmt.serving.server import ScoreJob, Server
 from nmt.translation.scoring import Scored
-from nmt.translation.translator import Translator
 
 SCORE_KEYS = ("src_lang", "text", "texts", "tgt_lang", "translation", "translations")
 
 
-@dataclasses.dataclass
-class ScoreJob:
-    texts: list[str]
-    translations: list[str]  # one per text
-    tgt_lang: str | None = None  # the language of the translations (`TargetTags.ids`)
-    src_lang: str | None = None  # the texts' language (a model with codes), else the server's
+async def score(server: Server, request: Request) -> Response:
+    """POST /score: each pair's score, as `write_scored` writes it."""
+    body = await read_body(request, body_limit(server.cfg.max_chars))
+    job = parse_score_request(body, server.cfg)
+    try:
+        results = await server.score(job, write_scored, client_of(request))
+    except QueueFull as full:
+        return busy(full)
+    except NMTError as err:
+        raise BadRequest(422, str(err)) from None
+    return Response(b'{"scores":[' + b",".join(results) + b"]}", media_type="application/json")
 
 
 def parse_score_request(body: bytes, cfg: ServeRunConfig) -> ScoreJob:
     """Check a /score body against the contract; each problem is one BadRequest."""
-    try:
-        data = json.loads(body, parse_constant=no_constant)
-    except (ValueError, RecursionError) as err:
-        raise BadRequest(400, f"invalid JSON: {err}") from None
-    if not isinstance(data, dict):
-        raise BadRequest(
-            422, 'the body must be a JSON object, e.g. {"text": ..., "translation": ...}'
-        )
-    check_keys(data, SCORE_KEYS, "")
+    data = read_object(body, '{"text": ..., "translation": ...}')
+    check_keys(data, SCORE_KEYS)
     if "text" in data and "translation" in data and not {"texts", "translations"} & set(data):
         pairs = [data["text"]], [data["translation"]]
     elif "texts" in data and "translations" in data and not {"text", "translation"} & set(data):
@@ -68,7 +77,7 @@ def parse_score_request(body: bytes, cfg: ServeRunConfig) -> ScoreJob:
         raise BadRequest(422, "nothing to score: no texts")
     if len(texts) > cfg.max_texts:
         raise BadRequest(413, f"{len(texts)} texts: this server takes at most {cfg.max_texts}")
-    tgt_lang, src_lang = read_tgt_lang(data), read_tgt_lang(data, "src_lang")
+    tgt_lang, src_lang = read_string(data, "tgt_lang"), read_string(data, "src_lang")
     chars = sum(len(t) for t in texts) + sum(len(t) for t in translations)
     chars += len(tgt_lang or "") + len(src_lang or "")
     if chars > cfg.max_chars:
@@ -76,30 +85,13 @@ def parse_score_request(body: bytes, cfg: ServeRunConfig) -> ScoreJob:
     return ScoreJob(texts, translations, tgt_lang, src_lang)
 
 
-def score_costs(translator: Translator, job: ScoreJob, max_cost: int) -> list[int]:
-    """Each pair's cost, its translation's pieces and EOS (one teacher-forced step each); a total
-    over `max_cost` is a 413, a target language the model lacks a 422 (`target_tag`)."""
-    target_tag(translator, job.tgt_lang, job.src_lang)
-    texts = [clean(t) for t in job.translations]
-    costs = [len(ids) + 1 for ids in translator.vocabs.tgt.encode(texts)] if any(texts) else []
-    costs = costs or [1] * len(texts)
-    if sum(costs) > max_cost:
-        raise BadRequest(
-            413,
-            f"this request costs {sum(costs)}, more than max_request_cost={max_cost} (the "
-            "translations' pieces): send fewer or shorter translations",
-        )
-    return costs
-
-
-def scored_json(scored: Scored) -> dict:
-    return {
-        "score": _number(scored.score),
-        "normalized": _number(scored.normalized),
-        "pieces": scored.pieces,
-        "piece_scores": [_number(x) for x in scored.piece_scores],
-    }
-
-
-def _number(x: float) -> float | None:
-    return x if math.isfinite(x) else None  # JSON has no -inf
+def write_scored(scored: Scored) -> bytes:
+    """One pair's score as JSON (see the module's notes)."""
+    return json_bytes(
+        {
+            "score": number(scored.score),
+            "normalized": number(scored.normalized),
+            "pieces": scored.pieces,
+            "piece_scores": [number(x) for x in scored.piece_scores],
+        }
+    )

@@ -45,39 +45,36 @@ blank text has a blank translation whatever its constraints.
 
 from __future__ import annotations
 
+import copy
 import logging
-import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
-from nmt.checkpoint import Checkpoint, load_checkpoint
-from nmt.config import DecodeConfig, Precision, Strategy
-from nmt.data.starts import SentenceEdges, read_edges, read_starts
-from nmt.device import check_precision, resolve_device
+from nmt.checkpoint import Checkpoint
+from nmt.config import DecodeConfig, Precision
+from nmt.device import check_precision
 from nmt.errors import NMTError
 from nmt.lexicon import Lexicon, check_lexicon
-from nmt.models import restore_model
 from nmt.models.compiled import check_compile
-from nmt.models.ensemble import check_options, load_ensemble
-from nmt.models.int8 import holds_int8_only, quantize
+from nmt.models.int8 import holds_int8_only
 from nmt.models.seq2seq import Seq2Seq
 from nmt.run_config import CheckpointsConfig
 from nmt.tokenizer import EOS, Vocab, Vocabs, clean
 from nmt.translation.attention_map import select_map
+from nmt.translation.confidence import Confidence
 from nmt.translation.inputs import TargetTags
+from nmt.translation.loading import Ensembling, Parts, TextFacts, load_parts
 from nmt.translation.phrases import spans
-from nmt.translation.request import Prepared, PreparedText, Request, Segment, prepare
+from nmt.translation.request import Prepared, PreparedText, Request, prepare
 from nmt.translation.scoring import Scored, read_pairs
 from nmt.translation.search import Decoded, SearchJob, search_all
 from nmt.translation.search.tree import BeamTree
 
 log = logging.getLogger(__name__)
-
-WARM_UP_TEXT = "Ein Hund läuft."  # any short text: what a first search builds does not depend on it
 
 
 @dataclass
@@ -102,6 +99,9 @@ class Translation:
     # code, its log-probability at the request's temperature
     statistics: Tensor | None = None
     warnings: list[str] = field(default_factory=list)  # what its reader should know (`Prepared`)
+    # its confidence, where whoever asked for it judged it (`nmt.translation.confidence`; the
+    # server's confidence=true): the search never sets it
+    confidence: Confidence | None = None
 
     def attention(self, layer: int | None = -1, head: int | None = None) -> Tensor | None:
         """(len(tgt_pieces), len(src_pieces)): one layer's map (None: the mean of the layers),
@@ -131,34 +131,35 @@ class Translator:
         lexicon: Lexicon | None = None,
         decode: DecodeConfig | None = None,
         tags: dict[str, str | None] | None = None,
-        source_language: str | None = None,
         codes: dict[str, str] | None = None,
+        facts: TextFacts | None = None,
     ) -> None:
         """`lexicon` (the checkpoint's) is needed by `decode.shortlist` alone; `decode` is what
         a call without settings of its own decodes with (default: greedy). `tags`: target
         language -> the tag piece put before a source to ask for it (`DataConfig.target_tags`:
-        {lang: None} for a model without target tags; None: languages unknown).
-        `source_language`: what it reads (data.src_lang), for splitting text into sentences and,
-        for a model with language `codes` (data.language_codes), the code put before each
-        source; `tags` then names the default target language. `sentence_starts`, words that
-        start sentences of the training text, for splitting text, and `sentence_edges`, how
-        often words start and end them, for cutting a sentence the model skipped part of
-        (`nmt.data.starts`), are set by `from_checkpoint` from the checkpoint's files; none
-        otherwise."""
+        {lang: None} for a model without target tags; None: languages unknown). With language
+        `codes` (data.language_codes), the code of `facts.language` is put before each source
+        and `tags` names the default target language. `facts`: what the checkpoint knows of
+        the text it reads (`nmt.translation.loading.TextFacts`: the source language, the words
+        that start and end its sentences, the head trained to align), for documents; none
+        for a model built by hand."""
         self.model = model.eval()
         self.vocabs = vocabs
         self.device = device
         self.lexicon = lexicon
         self.decode = decode or DecodeConfig()
-        self.tags = TargetTags(tags, vocabs.src, codes, source_language)  # languages -> ids
-        self.source_language = source_language
-        self.sentence_starts: frozenset[str] = frozenset()
-        self.sentence_edges = SentenceEdges()
-        # (layer, head) of the cross-attention trained to align (train.guided_alignment), where
-        # word alignments are read; set by `from_checkpoint`
-        self.taught_attention: tuple[int, int] | None = None
+        self.facts = facts or TextFacts()
+        self.tags = TargetTags(tags, vocabs.src, codes, self.facts.language)  # languages -> ids
         self._checked: DecodeConfig | None = None  # the settings `check` last passed
         self.check(self.decode)
+
+    @classmethod
+    def from_parts(cls, parts: Parts) -> Translator:
+        """A translator of parts read from checkpoints (`nmt.translation.loading.load_parts`)."""
+        return cls(
+            parts.model, parts.vocabs, parts.device, parts.lexicon, parts.decode, parts.tags,
+            parts.codes, parts.facts,
+        )  # fmt: skip
 
     @classmethod
     def from_checkpoint(
@@ -170,34 +171,10 @@ class Translator:
     ) -> Translator:
         """The model of a checkpoint (a directory, or one already loaded) on `device`.
         `decode=None` makes the default what the run validated with (greedy unless it was
-        trained with decode=beam). `src_lang`: the language of the sources, where the model
-        reads a code for it (an NLLB import); None: the checkpoint's data.src_lang.
-
-        A checkpoint read here (a directory) with a default of decode.precision=int8 is held as
-        int8 weights instead of fp32 ones where the model allows it (a Transformer: `int8_only`),
-        as CTranslate2 holds a model in the compute type it was loaded with: such a translator
-        decodes and scores in int8 alone. A Checkpoint object passed in keeps its fp32 weights
-        (its caller may use them), with an int8 copy beside them made at the first int8 call."""
-        take = not isinstance(ckpt, Checkpoint)  # loaded here for this model alone
-        if take:
-            ckpt = load_checkpoint(ckpt)
-        dev = resolve_device(device)
-        data = ckpt.config.data
-        decode = decode or ckpt.config.decode
-        model = restore_model(ckpt, dev, take)
-        if take and decode.precision == Precision.int8 and dev.type == "cpu":
-            # no one else holds this model: int8 weights instead of fp32 ones (`int8_only`)
-            model = quantize(model, keep_fp32=False)
-        translator = cls(
-            model, ckpt.vocabs, dev, ckpt.lexicon, decode, data.target_tags(),
-            src_lang or data.src_lang, data.language_codes,
-        )  # fmt: skip
-        translator.sentence_starts = read_starts(ckpt.path)
-        translator.sentence_edges = read_edges(ckpt.path)
-        guided = ckpt.config.train.guided_alignment
-        if guided.weight:
-            translator.taught_attention = (guided.layer, guided.head)
-        return translator
+        trained with decode=beam); `src_lang`: the language of the sources, where the model
+        reads a code for it (an NLLB import). A directory read with decode.precision=int8 is
+        held as int8 weights alone (`load_parts`)."""
+        return cls.from_parts(load_parts([ckpt], decode, device, src_lang=src_lang))
 
     @classmethod
     def from_checkpoints(
@@ -211,22 +188,10 @@ class Translator:
         src_lang: str | None = None,
     ) -> Translator:
         """Several checkpoints decoded as one model, an ensemble (`nmt.models.ensemble`: its
-        members must share their tokenizers; `weights`, `combine` and `attention` as there). The
-        first checkpoint's vocabularies, lexicon and (`decode=None`) decode settings serve it. One
-        checkpoint is that checkpoint's model alone. `src_lang` as `from_checkpoint`'s."""
-        check_options(len(ckpts), weights, combine, attention)
-        if len(ckpts) == 1:
-            return cls.from_checkpoint(ckpts[0], decode, device, src_lang)
-        dev = resolve_device(device)
-        model, loaded = load_ensemble(ckpts, dev, weights, combine, attention)
-        data = loaded[0].config.data
-        translator = cls(
-            model, loaded[0].vocabs, dev, loaded[0].lexicon, decode or loaded[0].config.decode,
-            data.target_tags(), src_lang or data.src_lang, data.language_codes,
-        )  # fmt: skip
-        translator.sentence_starts = read_starts(loaded[0].path)
-        translator.sentence_edges = read_edges(loaded[0].path)
-        return translator
+        members must share their tokenizers; `weights`, `combine` and `attention` as there). One
+        checkpoint is that checkpoint's model alone. See `load_parts`."""
+        ensembling = Ensembling(weights, combine, attention)
+        return cls.from_parts(load_parts(ckpts, decode, device, ensembling, src_lang))
 
     @classmethod
     def from_command(
@@ -243,6 +208,16 @@ class Translator:
             loaded or cfg.ckpts, decode, device, cfg.ckpt_weights, cfg.ensemble_combine.value,
             cfg.attention_member, cfg.src_lang,
         )  # fmt: skip
+
+    def with_facts(self, facts: TextFacts) -> Translator:
+        """The same model, vocabularies and settings with other text facts (start words,
+        edges, taught head: a checkpoint read without its sentence edges, say); the source
+        language, which decides the code put before each source, stays."""
+        if facts.language != self.facts.language:
+            raise NMTError(f"with_facts keeps the source language {self.facts.language!r}")
+        other = copy.copy(self)
+        other.facts = facts
+        return other
 
     @property
     def int8_only(self) -> bool:
@@ -266,37 +241,6 @@ class Translator:
         if decode.shortlist:
             check_lexicon(self.lexicon, len(self.vocabs.src), len(self.vocabs.tgt))
         self._checked = decode
-
-    def warm_up(self) -> float:
-        """Translate one short text with the default settings (and its attention maps), so that
-        the first request does not pay for what a first search builds: a recurrent model's piece
-        tables, an int8 copy, torch's kernels and memory pools (on a small GRU a first beam-5
-        sentence took 60 ms, the same sentence next 15 ms; 94 and 16 ms in int8). With
-        decode.compile, greedy and beam search of one text and of two: a compiled step has
-        graphs for one sentence and for several, and beam search's first step is one of its own
-        (nmt.models.compiled), each compiled at its first use, so that no request, whatever
-        strategy it asks for, waits for a compilation; and sources of no piece and of one (a text
-        of characters the tokenizer drops, a word): torch.compile specializes a graph on sizes 0
-        and 1, so those are graphs of their own. nmt-serve and the prompt of nmt-translate call
-        it at load. Returns its seconds."""
-        start = time.perf_counter()
-        languages = self.tags.languages  # a model with several needs one named
-        tgt_lang = languages[0] if languages else None
-        self.translate_full([WARM_UP_TEXT], tgt_lang=tgt_lang)
-        if self.decode.compile:
-            tag = self.tags.ids(tgt_lang)
-            piece = next(iter(self.vocabs.src.encode([WARM_UP_TEXT])[0]), EOS)
-            short = [PreparedText(Segment(WARM_UP_TEXT), tag + ids + [EOS], [], []) for ids in
-                     ([], [piece])]  # fmt: skip
-            for strategy in (Strategy.greedy, Strategy.beam):
-                settings = replace(self.decode, strategy=strategy, n_best=1)
-                for texts in ([WARM_UP_TEXT], [WARM_UP_TEXT, WARM_UP_TEXT + " Er bellt."]):
-                    self.translate_full(texts, decode=settings, tgt_lang=tgt_lang)
-                for text in short:
-                    self.run(Prepared([text], Request([], settings).settings, []))
-        seconds = time.perf_counter() - start
-        log.info("warmed up in %.0f ms", seconds * 1000)
-        return seconds
 
     def prepare(self, request: Request, warn: bool = True) -> Prepared:
         """The request tokenized and checked against this model (`nmt.translation.request.prepare`):
