@@ -7,11 +7,11 @@ n-best lists, attention maps, search trees) setting by setting.
         --ref ../shared/data/multi30k/test_2016_flickr.en [--lines 1000] [--dump DIR]
 
 Several checkpoints are decoded as one ensemble (`Translator.from_checkpoints`). The settings:
-greedy, beam 5 (gnmt alpha 1, n-best 3), sampling (2 draws, top-k 10), each alone and with a
-forced prefix (each line's first two greedy words), banned phrases (the three most frequent words
-of the greedy output), and beam 5 with constraints (per line, the longest reference word of
-letters that the model's vocabulary can write) and with search trees and attention maps. Only
-`Translator.translate_full` is called, with keywords every commit since constraints has.
+greedy, beam 5 (gnmt alpha 1, n-best 3), sampling (2 draws, top-k 10), each alone and with a forced
+prefix (each line's first two greedy words), banned phrases (the three most frequent words of the
+greedy output), and beam 5 with constraints (per line, the longest reference word of letters that
+the model's vocabulary can write and that holds no banned word) and with search trees and attention
+maps. Only `Translator.translate_full` is called, with keywords every commit since constraints has.
 
 Prints one JSON object: per setting, the sha256 of its output and how many lines it covers; with
 `--dump DIR`, each setting's output is written to DIR/<setting>.jsonl as well, one line per
@@ -62,13 +62,19 @@ def record(t: Translation, maps: bool) -> dict:
     return out
 
 
-def constraint_words(translator: Translator, refs: list[str]) -> list[list[str]]:
-    """Per line, its reference's longest word of letters that the model can write ([] if none)."""
+def constraint_words(
+    translator: Translator, refs: list[str], banned: list[str]
+) -> list[list[str]]:
+    """Per line, its reference's longest word of letters that the model can write and that holds
+    none of the `banned` words (a constraint holding a banned phrase is refused: a setting
+    combines the two); [] if none."""
     out = []
     for ref in refs:
         words = sorted(set(WORD.findall(ref)), key=lambda w: (-len(w), w))
         chosen = []
         for word in words:
+            if any(b.lower() in word.lower() for b in banned):
+                continue
             try:
                 constraint_ids(translator.vocabs.tgt, word)
             except NMTError:
@@ -100,7 +106,7 @@ def main() -> None:
     prefixes = [" ".join(text.split()[:2]) for text in plain]
     counts = collections.Counter(w for text in plain for w in text.split() if WORD.fullmatch(w))
     banned = [w for w, _ in counts.most_common(3)]
-    constraints = constraint_words(translator, refs)
+    constraints = constraint_words(translator, refs, banned)
 
     settings = {}
     for name, decode in (("greedy", greedy), ("beam", beam), ("sample", sample)):
