@@ -159,7 +159,8 @@ def test_a_hostile_or_long_text_holds_neither_the_server_nor_itself(ckpt, text, 
         status, answer, took, slowest = asyncio.run(
             health_while(served.port, "/translate", {"text": text, "format": fmt})
         )
-    assert status == 200, answer
+    # answered: translated, or refused by the cost it would have (every "<!" ends a sentence)
+    assert status == 200 or (status == 413 and "max_request_cost" in answer["error"]), answer
     assert slowest < 0.5, f"/health took {slowest:.2f} s during the request"
     assert took < 30, f"the request took {took:.1f} s"
     if fmt == "text":
