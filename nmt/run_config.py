@@ -14,7 +14,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from omegaconf import MISSING, OmegaConf
+from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 
 from nmt.config import (
     DataConfig,
@@ -375,11 +375,46 @@ CHECKPOINT_OPTIONS = {
 
 
 def load_run_config(path: Path) -> TrainRunConfig:
-    """Rebuild a typed training config from the ``config.yaml`` stored in a run or checkpoint."""
-    raw = OmegaConf.load(path)
+    """Rebuild a typed training config from the ``config.yaml`` stored in a run or checkpoint,
+    read as data: an interpolation in it is refused (`load_data_yaml`)."""
+    raw = load_data_yaml(path)
     schema = OmegaConf.structured(TrainRunConfig)
     model = OmegaConf.structured(model_schema(raw.model.arch))
     return OmegaConf.to_object(OmegaConf.merge(schema, {"model": model}, raw))
+
+
+def load_data_yaml(path: Path) -> DictConfig:
+    """A YAML file of a checkpoint (its config.yaml, an import's model and decode options) as an
+    OmegaConf tree, refusing every interpolation in it by name: a checkpoint may come from a
+    stranger, and `${oc.env:NAME}` would put the reader's environment variable into the config
+    (nmt-serve's /info shows it), `${oc.decode:...}` would parse what it names. A config nmt
+    writes has none (`save_run_config` writes resolved values)."""
+    raw = OmegaConf.load(path)
+    found = _interpolations(raw, "")
+    if found:
+        key, value = found[0]
+        raise NMTError(
+            f"{path}: {key} is {value!r}, an interpolation: a checkpoint's config is read as "
+            f"data and never resolved (it could read this machine's environment); write the "
+            f"value itself ({len(found)} interpolation(s) in the file)"
+        )
+    return raw
+
+
+def _interpolations(node: DictConfig | ListConfig, where: str) -> list[tuple[str, str]]:
+    """(key, raw value) of every interpolation under `node`, unresolved."""
+    keys = list(node.keys()) if isinstance(node, DictConfig) else list(range(len(node)))
+    found = []
+    for key in keys:
+        name = f"{where}{key}" if isinstance(node, DictConfig) else f"{where.rstrip('.')}[{key}]"
+        if OmegaConf.is_interpolation(node, key):
+            raw = OmegaConf.to_container(node, resolve=False)
+            found.append((name, str(raw[key])))
+            continue
+        child = node._get_node(key)  # the node itself: reading the value would resolve it
+        if isinstance(child, (DictConfig, ListConfig)) and not child._is_none():
+            found += _interpolations(child, f"{name}.")
+    return found
 
 
 def save_run_config(cfg: TrainRunConfig, path: Path) -> None:

@@ -429,6 +429,31 @@ def test_config_problems(setup):
         load_checkpoint(path)
 
 
+def test_an_interpolation_in_a_checkpoints_config_is_refused_not_resolved(setup, monkeypatch):
+    """A checkpoint's config is data: `${oc.env:NAME}` in it would put the reader's environment
+    variable into the config (nmt-serve's /info shows data.name), and is refused by name, in
+    config.yaml as in an import's decode options, before any work."""
+    from nmt.cli.compose import checkpoint_options
+
+    root, cfg, vocabs = setup
+    path = _save(root, 1, cfg, vocabs)
+    monkeypatch.setenv("NMT_TEST_SECRET_KEY", "s3cret")
+    text = (path / CONFIG_FILE).read_text(encoding="utf-8")
+    assert "name: toy" in text
+    (path / CONFIG_FILE).write_text(
+        text.replace("name: toy", "name: ${oc.env:NMT_TEST_SECRET_KEY}")
+    )
+    with pytest.raises(NMTError, match=r"data\.name is '\$\{oc.env:NMT_TEST_SECRET_KEY\}'") as err:
+        load_checkpoint(path)
+    assert "s3cret" not in str(err.value)
+    (path / CONFIG_FILE).write_text(text)
+    assert load_checkpoint(path).config.data.name == "toy"
+    (path / "decode").mkdir()
+    (path / "decode" / "imported.yaml").write_text("beam_size: 4\nbanned: ['${oc.env:HOME}']\n")
+    with pytest.raises(NMTError, match=r"banned\[0\] is .*an interpolation"):
+        checkpoint_options("translate", [f"ckpt={path}"])
+
+
 def test_weights_that_do_not_fit_the_config(setup):
     root, cfg, vocabs = setup
     path = _save(root, 1, cfg, vocabs)

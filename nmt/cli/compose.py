@@ -25,6 +25,7 @@ from nmt.run_config import (
     ServeRunConfig,
     TrainRunConfig,
     TranslateRunConfig,
+    load_data_yaml,
 )
 
 
@@ -148,6 +149,7 @@ def checkpoint_options(name: str, overrides: list[str]) -> tuple[list[str], list
     value = next((o.partition("=")[2] for o in overrides if _key(o) == source), "")
     first = value.strip().strip("[]").split(",")[0].strip().strip("'\"")
     if first and (Path(first) / CHECKPOINT_OPTIONS[group]).is_file():
+        load_data_yaml(Path(first) / CHECKPOINT_OPTIONS[group])  # no interpolation in it
         return [f"{group}={CHECKPOINT_OPTIONS[group].stem}"], [Path(first)]
     return [], []
 
