@@ -12,7 +12,9 @@ doctype, and the whole content of `<script>`, `<style>`, `<pre>`, `<textarea>`, 
 number alone, an entity) is not translated. Attribute values (`title=`, `alt=`) are kept, not
 translated.
 
-A hand-written scan rather than `html.parser`: the writer needs each segment's exact character
+Tags and comments are found as in a block (`nmt.documents.inline`, in linear time), a doctype
+and a processing instruction likewise: one that never ends (`<!--` without `-->`) is text. A
+hand-written scan rather than `html.parser`: the writer needs each segment's exact character
 offsets in the file, which the standard parser only gives as (line, column) of its events, and
 HTML that is not well-formed must come out the same bytes, not repaired.
 """
@@ -22,7 +24,7 @@ from __future__ import annotations
 import re
 
 from nmt.config import TextFormat
-from nmt.documents.inline import TAG
+from nmt.documents.inline import SPANS, find_codes
 from nmt.documents.segments import Document, Segment
 
 BLOCK = {
@@ -33,9 +35,9 @@ BLOCK = {
     "summary", "table", "tbody", "td", "tfoot", "th", "thead", "title", "tr", "ul", "link",
 }  # fmt: skip
 VERBATIM = {"script", "style", "pre", "textarea", "svg", "math", "template", "code", "noscript"}
-# what a file holds besides tags and text: a doctype, a processing instruction
-_OTHER = re.compile(r"<![A-Za-z][^>]*>|<\?.*?\?>", re.DOTALL)
-_TOKEN = re.compile(f"{_OTHER.pattern}|{TAG.pattern}", re.DOTALL)
+# what a file holds besides tags, comments and text: a doctype, a processing instruction (each as
+# inline.SPANS: what starts it, what ends it)
+_SPANS = (*SPANS, (re.compile("<![A-Za-z]"), ">"), (re.compile(r"<\?"), r"\?>"))
 
 
 def read(text: str, xml: bool = False) -> Document:
@@ -60,36 +62,41 @@ def read(text: str, xml: bool = False) -> Document:
             span.clear()
 
     where = 0
-    for match in _TOKEN.finditer(text):
-        name, closing = _tag(match)
+    for start, end, tag in find_codes(text, _SPANS):
+        name, closing = _tag(tag)
         if skip is not None:
             if closing and name == skip:
                 skip = None
-            where = match.end()
+            where = end
             continue
-        extend(where, match.start())
-        where = match.end()
-        if name in VERBATIM and not closing and not match.group().endswith("/>"):
+        extend(where, start)
+        where = end
+        if name in VERBATIM and not closing and not text[start:end].endswith("/>"):
             flush()
             skip = name
         elif name is None or name in BLOCK:  # a boundary: a comment or a doctype too
             flush()
         else:  # an inline tag: part of the segment
-            extend(match.start(), match.end())
+            extend(start, end)
     if skip is None:
         extend(where, len(text))
     flush()
     return Document(text, segments)
 
 
-def _tag(match: re.Match) -> tuple[str | None, bool]:
+def _tag(tag: re.Match | None) -> tuple[str | None, bool]:
     """(the tag's name in lower case, whether it closes); (None, False) for a comment, CDATA, a
-    doctype or a processing instruction."""
-    inner = TAG.fullmatch(match.group())
-    if inner is None or inner.group(2) is None:
+    doctype or a processing instruction (no tag)."""
+    if tag is None:
         return None, False
-    return inner.group(2).lower(), bool(inner.group(1))
+    return tag.group(2).lower(), bool(tag.group(1))
 
 
 def _has_letters(raw: str) -> bool:
-    return any(ch.isalpha() for ch in _TOKEN.sub(" ", raw))
+    """Whether a letter is in `raw` outside its tags and other markup."""
+    done = 0
+    for start, end, _ in find_codes(raw, _SPANS):
+        if any(ch.isalpha() for ch in raw[done:start]):
+            return True
+        done = end
+    return any(ch.isalpha() for ch in raw[done:])

@@ -12,6 +12,7 @@ tag of the block is left as it is.
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections.abc import Sequence
 
 from nmt.documents.inline import Block, Code
@@ -19,13 +20,15 @@ from nmt.errors import NMTError
 
 # the patterns of nmt.config.PROTECT_KINDS, the names a config gives. Each starts a match only
 # where a span can start (a lookbehind) and bounds what it scans, so that text from a user (a
-# run of 100,000 letters, of "a-", of "{{") costs linear time, not a scan to its end per character
+# run of 100,000 letters, of "a-", of "{{") costs linear time, not a scan to its end per character;
+# a printf width starts with a digit other than 0 (a 0 before it is a flag), so that "%" and
+# 100,000 zeros is not split between flags and width in every way
 KINDS = {
     "url": r"(?:https?://|ftp://|www\.)[^\s<>\"']*[^\s<>\"'.,;:!?)\]}]",
     "email": r"(?<![\w.+-])[\w.+-]{1,64}@[\w-]+(?:\.[\w-]+)+",
     "placeholder": (
         r"\{\{[^{}\n]{0,200}?\}\}|\$\{\w+\}|\{[\w.:]*\}"
-        r"|%(?:\(\w+\))?[-#0 +]*\d*(?:\.\d+)?[diouxXeEfFgGcrsa]"
+        r"|%(?:\(\w+\))?[-#0 +]*(?:[^\D0]\d*)?(?:\.\d+)?[diouxXeEfFgGcrsa]"
     ),
     "number": r"(?<![\w-])[\w-]{0,64}\d(?:[\w.,:/-]*[\w])?",
 }
@@ -56,7 +59,7 @@ def lift_protected(block: Block, found: re.Pattern | None) -> Block:
         return block
     # a span must not hold a code's place inside it (it would cut through a tag)
     spans = [m.span() for m in found.finditer(block.text) if m.end() > m.start()]
-    spans = [(s, e) for s, e in spans if not any(s < at < e for at in block.at)]
+    spans = [(s, e) for s, e in spans if not _holds_code(block.at, s, e)]
     if not spans:
         return block
     text, new_codes, new_at, index = [], [], [], {}
@@ -83,3 +86,10 @@ def lift_protected(block: Block, found: re.Pattern | None) -> Block:
     # a pair's partner by its new index
     final = [c if c.pair < 0 else Code(c.raw, c.kind, index[c.pair]) for c in new_codes]
     return Block("".join(text), final, new_at, block.markup, block.source)
+
+
+def _holds_code(at: list[int], start: int, end: int) -> bool:
+    """Whether a code's place (of `at`, in order) is inside (start, end): the first after `start`
+    found by bisection, not by a pass over all codes for every span."""
+    k = bisect_right(at, start)
+    return k < len(at) and at[k] < end

@@ -39,7 +39,6 @@ import sentencex
 
 TITLE_CASE = 2 / 3  # a text with more of its words capitalised than this is in title case
 
-_EDGE = re.compile(r"^(\s*)(.*?)(\s*)$", re.DOTALL)
 # whitespace after a full stop (and closing quotes or brackets) before a digit
 _STOP_DIGIT = re.compile(r"""(?<=[.!?…])["'»”’)\]]*(\s+)(?=\d)""")
 _WORD = re.compile(r"\S+")
@@ -86,7 +85,7 @@ def split(text: str, language: str, starts: frozenset[str] = frozenset()) -> Spl
         return Split([text], ["", ""])
     sentences, gaps, pending, last = [], [], "", 0
     for end in [*sorted(cuts), len(text)]:
-        lead, body, trail = _EDGE.match(text[last:end]).groups()
+        lead, body, trail = _edges(text[last:end])
         last = end
         if not body:  # whitespace alone: it belongs to the gap
             pending += lead
@@ -98,6 +97,15 @@ def split(text: str, language: str, starts: frozenset[str] = frozenset()) -> Spl
     if len(sentences) <= 1:
         return Split([text], ["", ""])
     return Split(sentences, gaps)
+
+
+def _edges(piece: str) -> tuple[str, str, str]:
+    """A piece's leading whitespace, what is between, and its trailing whitespace (all of it
+    leading when it is nothing else). By strip, not a pattern: a lazy middle before trailing
+    whitespace reads a run of spaces inside the piece again from each of its spaces."""
+    body = piece.strip()
+    lead = piece[: len(piece) - len(piece.lstrip())]
+    return lead, body, piece[len(lead) + len(body) :]
 
 
 def _sentencex_cuts(text: str, language: str) -> set[int]:
