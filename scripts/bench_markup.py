@@ -43,8 +43,9 @@ from nmt.data.splits import read_lines
 from nmt.data.starts import SentenceEdges
 from nmt.device import describe
 from nmt.documents.alignment import Reading, reading_of, word_alignment
-from nmt.documents.inline import lift_markup, place
+from nmt.documents.inline import lift_markup
 from nmt.documents.job import translate_blocks
+from nmt.documents.placing import place
 from nmt.documents.recovery import recovery_cut
 from nmt.documents.sentences import split
 from nmt.documents.texts import read_block, translate_texts

@@ -19,8 +19,9 @@ from nmt.documents import html, markdown, srt
 from nmt.documents.alignment import moses, piece_words
 from nmt.documents.blocks import Plan, spread
 from nmt.documents.files import open_document
-from nmt.documents.inline import lift_markup, place
+from nmt.documents.inline import lift_markup
 from nmt.documents.markdown import lift_markdown
+from nmt.documents.placing import place
 from nmt.documents.segments import wrap
 from nmt.documents.sentences import Split, split
 from nmt.documents.texts import read_block

@@ -1,8 +1,8 @@
 """Documents: text that is more than one sentence a line, translated with its markup kept.
 
     sentences.py  a text's sentences (sentencex) and the text put back around their translations
-    inline.py     inline codes (tags, protected spans): lifted out of a block, put back by the
-                  word alignment, well-formed
+    inline.py     inline codes (tags, comments, protected spans) lifted out of a block
+    placing.py    inline codes put back by the word alignment, well-formed
     protect.py    protected spans: URLs, e-mail addresses, placeholders, numbers, your patterns
     alignment.py  word alignments from a translation's cross-attention (Moses i-j)
     blocks.py     blocks as the search sees them: split into sentences, rejoined, codes put back

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from nmt.config import TextOptions
 from nmt.data.starts import SentenceEdges
 from nmt.documents.alignment import UNTAUGHT, Reading, word_alignment
-from nmt.documents.inline import Block, place
+from nmt.documents.inline import Block
+from nmt.documents.placing import place
 from nmt.documents.protect import lift_protected, pattern
 from nmt.documents.recovery import edge_cuts, recovery_cut
 from nmt.documents.sentences import Split, split
