@@ -15,7 +15,7 @@ from markdown_it import MarkdownIt
 
 from nmt.config import TextFormat, TextOptions
 from nmt.data.starts import learn_edges, learn_starts
-from nmt.documents import html, markdown, srt
+from nmt.documents import html, markdown, sentences, srt
 from nmt.documents.alignment import moses, piece_words
 from nmt.documents.blocks import Plan, spread
 from nmt.documents.files import open_document
@@ -451,16 +451,40 @@ def test_hostile_text_is_read_in_linear_time(text):
 @pytest.mark.parametrize(
     "text",
     ["Ein Satz. 1 " * 9_000, "a. 1 b " * 15_000, "Der " * 25_000,
-     "Satz eins. Zwei" + " " * 100_000 + "drei. Vier."],
+     "Satz eins. Zwei" + " " * 100_000 + "drei. Vier.", "`" * 100_000, "<!--" * 25_000],
 )  # fmt: skip
 def test_hostile_text_is_split_in_linear_time(text):
     """Many full stops before numbers (each a cut sentencex is asked about), many start words, a
-    run of spaces inside a sentence: a text of max_chars is split in well under a second (it took
-    3 s with the prefix searched again at every full stop, and 19 s at 240,000 characters; the
-    run of spaces, its whitespace tried from each space, 27 s)."""
+    run of spaces inside a sentence, runs sentencex itself reads in quadratic time: a text of
+    max_chars is split in well under a second (it took 3 s with the prefix searched again at
+    every full stop, and 19 s at 240,000 characters; the run of spaces, its whitespace tried
+    from each space, 27 s; 100,000 backticks in one call of sentencex 2.1 s, holding the GIL)."""
     assert fastest(lambda: split(text, "de", STARTS)) < 1.0
     parts = split(text, "de", STARTS)
     assert parts.join(parts.sentences) == text
+
+
+def test_a_long_text_is_split_in_windows_as_it_is_whole(monkeypatch):
+    """A text longer than a window goes to sentencex in windows: the same cuts as the whole
+    text in one call, at every place (abbreviations, numbers, quotes, line breaks) across the
+    windows' edges."""
+    random.seed(3)
+    pieces = [
+        "Ein Hund läuft.",
+        "Er sieht ca. 3 Katzen.",
+        "Das ist z. B. gut!",
+        "Wirklich?",
+        '"Ja." Sie lacht.',
+        "Am 3. Mai kommt Dr. Meier.",
+        "Zwei Kinder spielen",
+        "2 Männer.",
+    ]
+    text = "".join(random.choice(pieces) + random.choice([" ", "  ", "\n", " \t"])
+                   for _ in range(3_000))  # fmt: skip
+    assert len(text) > 10 * sentences.WINDOW
+    windowed = sentences._sentencex_cuts(text, "de")
+    monkeypatch.setattr(sentences, "WINDOW", len(text))
+    assert windowed == sentences._sentencex_cuts(text, "de")
 
 
 # --- hostile markup -------------------------------------------------------------------------------

@@ -38,6 +38,10 @@ from dataclasses import dataclass
 import sentencex
 
 TITLE_CASE = 2 / 3  # a text with more of its words capitalised than this is in title case
+# a text longer than WINDOW characters goes to sentencex in windows of it, each cut kept where
+# MARGIN characters of the window follow it (`_sentencex_cuts`)
+WINDOW = 4096
+MARGIN = 256
 
 # whitespace after a full stop (and closing quotes or brackets) before a digit
 _STOP_DIGIT = re.compile(r"""(?<=[.!?…])["'»”’)\]]*(\s+)(?=\d)""")
@@ -119,8 +123,28 @@ def _sentencex_cuts(text: str, language: str) -> set[int]:
         chars = chars or list(text)
         chars[match.end(1)] = "X"  # the same length: offsets hold
     probe = text if chars is None else "".join(chars)
+    if len(probe) <= WINDOW:
+        return _segment_starts(probe, language)
+    # sentencex's time grows with the square of some texts (100,000 backticks: 2 s, "<!--"
+    # 25,000 times: 0.7 s), in one call that holds the GIL: a long text is read in windows,
+    # each starting where the one before found a sentence to start, and a window's cuts kept
+    # where MARGIN characters of the text follow them in it, so each is decided as in the
+    # whole text (sentencex reads a few words around a boundary)
+    cuts, start = set(), 0
+    while True:
+        end = min(len(probe), start + WINDOW)
+        found = {start + at for at in _segment_starts(probe[start:end], language)}
+        if end == len(probe):
+            return cuts | found
+        kept = {at for at in found if at <= end - MARGIN}
+        cuts |= kept
+        start = max(kept, default=end - MARGIN)
+
+
+def _segment_starts(text: str, language: str) -> set[int]:
+    """Where sentencex starts a sentence of `text` after the first."""
     cuts, at = set(), 0
-    for piece in sentencex.segment(language, probe):
+    for piece in sentencex.segment(language, text):
         if at:
             cuts.add(at)
         at += len(piece)
