@@ -23,6 +23,8 @@ from functools import cached_property
 
 from nmt.documents.inline import Block, apply_inserts, escape
 
+# a pair around fewer source words than this finds its targets by reading them (`_Where.within`)
+SCAN_WORDS = 64
 # punctuation that ends a word ("hier,"): a close tag or a point goes before it
 _TRAILING = ".,;:!?…)]}\"'»”’"
 
@@ -106,6 +108,16 @@ class _Where:
     def targets(self) -> _Targets:
         return _Targets(self.aligned, len(self.starts))
 
+    def within(self, first: int, last: int, low: int, high: int) -> tuple[int, int] | None:
+        """The least and the greatest target in [low, high] of source words first..last; None
+        if there is none. A pair around a few words reads them (a sentence's tag: building the
+        tree would cost more); around more, the tree answers (`_Targets`)."""
+        if last - first < SCAN_WORDS:
+            found = [t for s in range(first, last + 1) for t in self.aligned.get(s, ())
+                     if low <= t <= high]  # fmt: skip
+            return (min(found), max(found)) if found else None
+        return self.targets.within(first, last, low, high)
+
     def point(self, offset: int) -> tuple[int, bool]:
         """(target word, after it) for a point at character `offset` of the source."""
         before = bisect_right(self.ends, offset)  # the words that end by the offset
@@ -173,7 +185,7 @@ def _pair_spans(block: Block, where: _Where) -> dict[int, tuple[int, int, int]]:
             parent, low, high = stack[-1]
             start = floor[parent]
             words = where.covered(block.at[k], block.at[code.pair])
-            targets = where.targets.within(*words, low, high) if words else None
+            targets = where.within(*words, low, high) if words else None
             if targets:
                 first, last = max(targets[0], start), min(targets[1], high)
             else:
