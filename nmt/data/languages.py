@@ -5,11 +5,13 @@ languages is, and the ids a training pair carries for them.
 A run fine-tuning such a model reads its own data config (data=multi30k: src_lang=de,
 tgt_lang=en), which knows nothing of the model's codes: the run inherits the codes of the
 checkpoint it starts from (train.init_from, or the run it resumes), and its own
-data.language_codes add to them or override them (data.language_codes.de=deu_Latn). Each pair
-is then what the model reads and writes at translation time (`nmt.translation.inputs.TargetTags`):
-the source language's code before the source, `[src] X </s>`, and the target language's code as
-the first target piece, `[tgt] Y </s>`, after the decoder start, as Hugging Face trains these
-models (labels start with the code that forced_bos_token_id forces when decoding).
+data.language_codes add to them or override them (data.language_codes.de=deu_Latn). A language
+of the data that neither names takes the code of the model's name for it (`de` -> deu_Latn,
+`nmt.language_codes`), logged. Each pair is then what the model reads and writes at translation
+time (`nmt.translation.inputs.TargetTags`): the source language's code before the source,
+`[src] X </s>`, and the target language's code as the first target piece, `[tgt] Y </s>`, after
+the decoder start, as Hugging Face trains these models (labels start with the code that
+forced_bos_token_id forces when decoding).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import logging
 
 from nmt.config import DataConfig
 from nmt.errors import NMTError
+from nmt.language_codes import matches
 from nmt.tokenizer import UNK, Vocab
 
 log = logging.getLogger(__name__)
@@ -36,15 +39,34 @@ def inherit_codes(data: DataConfig, stored: DataConfig, where: str) -> None:
     languages += [lang for c in data.corpora for lang in data.languages(c)]
     for lang in dict.fromkeys(languages):
         if lang not in data.language_codes:
-            raise NMTError(
-                f"language {lang!r} of the data has no code in the model of {where}: map it with "
-                f"+data.language_codes.{lang}=CODE{_suggestion(lang, stored.language_codes)}"
-            )
+            data.language_codes[lang] = _inherited(lang, stored.language_codes, where)
     log.info(
         "language codes from %s: %s",
         where,
         ", ".join(f"{lang}={data.language_codes[lang]}" for lang in dict.fromkeys(languages)),
     )
+
+
+def _inherited(lang: str, codes: dict[str, str], where: str) -> str:
+    """The code of the model's name for `lang` (a language of the run's data that `codes`, the
+    model's, do not name): `de` -> deu_Latn's. An NMTError saying how to map it when the table
+    finds no name for it, or several."""
+    first: dict[str, str] = {}  # one name per code: a run's `de` beside `deu_Latn` is no rival
+    for name, code in codes.items():
+        first.setdefault(code, name)
+    found = matches(lang, first.values())
+    if not found:
+        raise NMTError(
+            f"language {lang!r} of the data has no code in the model of {where}: map it with "
+            f"+data.language_codes.{lang}=CODE{_suggestion(lang, codes)}"
+        )
+    if len(found) > 1:
+        raise NMTError(
+            f"language {lang!r} of the data may be any of {', '.join(found)} in the model of "
+            f"{where}: say which with +data.language_codes.{lang}=CODE"
+        )
+    log.info("language %r of the data is %s of the model of %s", lang, found[0], where)
+    return codes[found[0]]
 
 
 def _suggestion(lang: str, codes: dict[str, str]) -> str:

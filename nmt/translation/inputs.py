@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from nmt.config import DecodeConfig
 from nmt.errors import NMTError
+from nmt.language_codes import matches, resolve
 from nmt.tokenizer import EOS, UNK, Vocab, clean
 
 log = logging.getLogger(__name__)
@@ -164,7 +165,11 @@ class TargetTags:
     A model with language codes (`DataConfig.language_codes`: NLLB-200, M2M-100) reads the
     source language's code before each source (`ids`) and starts each translation with the
     target language's, forced and scored 0 as Hugging Face's forced_bos_token_id does
-    (`forced`)."""
+    (`forced`).
+
+    A language is asked for by the model's own name for it or by any other code of it
+    (`nmt.language_codes`): `de` means an NLLB import's `deu_Latn`, `EN-US` the `en` of a model
+    trained on data named so."""
 
     def __init__(
         self,
@@ -186,9 +191,16 @@ class TargetTags:
             self._default = next(iter(self.tags), None)
             self._ids = {lang: self._piece(vocab, piece) for lang, piece in self.codes.items()}
             self.tags = dict.fromkeys(self.codes)
+            # one name per code, the first (the model's own): a fine-tuned run's `de` beside
+            # its `deu_Latn` names the same code, and is no rival when `DE` is asked for
+            first: dict[int, str] = {}
+            for lang, i in self._ids.items():
+                first.setdefault(i, lang)
+            self._names = tuple(first.values())
             if source is not None:
                 self._source = [self._code(source, "src_lang")]
             return
+        self._names = tuple(self.tags)
         for lang, tag in self.tags.items():
             if tag is not None:
                 self._ids[lang] = self._piece(vocab, tag)
@@ -201,10 +213,21 @@ class TargetTags:
         return i
 
     def _code(self, lang: str | None, key: str) -> int:
-        if not isinstance(lang, str) or lang not in self._ids:
-            shown = ", ".join(list(self._ids)[:8]) + (", ..." if len(self._ids) > 8 else "")
+        """The id of the code of `lang` (the model's name for it, or another code of it)."""
+        if not isinstance(lang, str):
+            shown = ", ".join(self._names[:8]) + (", ..." if len(self._names) > 8 else "")
             raise NMTError(f"{key}={lang!r}: this model's languages are codes such as {shown}")
+        if lang not in self._ids:  # `de` for deu_Latn; an NMTError names the codes for none
+            lang = resolve(lang, self._names, key)
         return self._ids[lang]
+
+    def _target(self, lang: str | None) -> str:
+        """The model's name for target language `lang` (its own, or another code of it), for a
+        model without codes."""
+        if not isinstance(lang, str) or not matches(lang, self._names):
+            known = ", ".join(self.languages) or "a language its checkpoint does not name"
+            raise NMTError(f"tgt_lang={lang!r}: this model translates into {known}")
+        return resolve(lang, self._names)  # an NMTError when the table cannot choose
 
     @property
     def languages(self) -> list[str]:
@@ -220,7 +243,7 @@ class TargetTags:
         """The ids put before each source to translate into `tgt_lang`: its tag, or nothing for a
         model without target tags, or the source language's code for a model with codes
         (`src_lang`'s, else the translator's). An NMTError names the languages when `tgt_lang`
-        or `src_lang` is not one of them, when `tgt_lang` is None for a model with several, and
+        or `src_lang` means none of them, when `tgt_lang` is None for a model with several, and
         when a model without codes is given `src_lang` (it reads no language before a source)."""
         if self.codes:
             self.forced(tgt_lang)  # an unknown target fails here, before any work
@@ -240,8 +263,7 @@ class TargetTags:
                 f"tgt_lang (one of {', '.join(self.languages)})"
             )
         if not isinstance(tgt_lang, str) or tgt_lang not in self.tags:
-            known = ", ".join(self.languages) or "a language its checkpoint does not name"
-            raise NMTError(f"tgt_lang={tgt_lang!r}: this model translates into {known}")
+            tgt_lang = self._target(tgt_lang)
         tag = self._ids.get(tgt_lang)
         return [] if tag is None else [tag]
 
