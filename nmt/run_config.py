@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -87,7 +88,8 @@ class CheckpointsConfig:
     # the attention shown (REPL, page, heatmaps): "mean" over members, or a member's index
     ensemble_attention: str = "mean"
     # the language of the sources, for a model that reads a code for it (an NLLB-200 or M2M-100
-    # import: "deu_Latn", "de"); null = the checkpoint's data.src_lang
+    # import: "deu_Latn", "de"); null = the checkpoint's data.src_lang; nmt-translate: "auto" =
+    # each line's, identified (nmt/cli/source_language.py)
     src_lang: str | None = None
 
     @property
@@ -473,6 +475,18 @@ class PlotRunConfig:
 
 @dataclass
 class ServeRunConfig(TextOptions, CheckpointsConfig):
+    ckpt: Any = None  # as CheckpointsConfig's; may be left out when `models` names the models
+    # several models in one server, each a checkpoint directory (an ensemble stays ckpt=[...],
+    # served first when given): a request is routed by its languages (nmt/serving/models.py)
+    models: list[str] = field(default_factory=list)
+    max_loaded: int = 4  # most models loaded at once; the least recently used idle one leaves
+    # a file of API keys, a key a line with optional characters=N and requests=N limits
+    # (nmt/serving/keys.py); null = no key needed, any accepted
+    api_keys: str | None = None
+    key_period_days: float = 30.0  # the period a key's characters=N quota is counted over
+    # browser origins whose pages may call the API ("https://app.example"); a cross-origin
+    # request from any other does no work (403)
+    cors_origins: list[str] = field(default_factory=list)
     host: str = "127.0.0.1"  # 0.0.0.0 to listen on every interface
     port: int = 8000  # 0 = any free port (the URL printed says which)
     decode: DecodeConfig = field(default_factory=DecodeConfig)  # defaults; a request may override
@@ -506,7 +520,20 @@ class ServeRunConfig(TextOptions, CheckpointsConfig):
     def __post_init__(self) -> None:
         TextOptions.__post_init__(self)
         _check_device(self.device)
-        self.check_ckpts()
+        if self.ckpt is None and not self.models:
+            raise NMTError("give the model to serve: ckpt=DIR, or models=[DIR,...] for several")
+        if self.ckpt is not None:
+            self.check_ckpts()
+        if self.max_loaded < 1:
+            raise NMTError(f"max_loaded={self.max_loaded} must be >= 1")
+        if self.key_period_days <= 0:
+            raise NMTError(f"key_period_days={self.key_period_days} must be > 0")
+        for origin in self.cors_origins:
+            if origin != "*" and not re.fullmatch(r"https?://[^/\s]+", origin):
+                raise NMTError(
+                    f"cors_origins: {origin!r} is not an origin such as https://app.example "
+                    "(scheme and host, no path)"
+                )
         if not 0 <= self.port <= 65535:
             raise NMTError(f"port={self.port} must be in 0..65535")
         sizes = ("max_chars", "max_texts", "max_beam", "max_request_cost", "max_batch")

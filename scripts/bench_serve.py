@@ -3,6 +3,8 @@
     python scripts/bench_serve.py runs/demo/checkpoints/best --src data/demo/test.de \\
         --clients 20 --seconds 30
     python scripts/bench_serve.py runs/demo/checkpoints/best --modes heavy
+    python scripts/bench_serve.py runs/demo/checkpoints/best --modes batched --rounds 3 \\
+        --shapes native,libretranslate,deepl       # the same load in each API shape
 
 For each mode it starts `nmt-serve port=0` on the checkpoint (`batched`: batch_wait_ms as given,
 5 ms by default; `unbatched`: batch_wait_ms=0), warms it up, then runs `--clients` clients that each
@@ -144,11 +146,23 @@ class Connection:
             self.streams = None
 
 
+def shape_request(shape: str, chosen: list[str], decode: dict, pair: tuple[str, str]):
+    """(path, body) of one request of `chosen` texts in an API shape: nmt's own, LibreTranslate's
+    or DeepL's (which take the server's decode settings: `decode` is for nmt's own alone)."""
+    if shape == "native":
+        return "/translate", {"texts": chosen, **decode}
+    if shape == "libretranslate":
+        return "/libretranslate/translate", {"q": chosen, "source": pair[0], "target": pair[1]}
+    return "/v2/translate", {"text": chosen, "source_lang": pair[0].upper(),
+                             "target_lang": pair[1].upper()}  # fmt: skip
+
+
 async def load(
-    url: str, sentences: list[str], clients: int, seconds: float, decode: dict, texts: int = 1
-) -> dict:
-    """`clients` concurrent clients, one request at a time each (of `texts` sentences), for
-    `seconds`."""
+    url: str, sentences: list[str], clients: int, seconds: float, decode: dict, texts: int = 1,
+    shape: str = "native", pair: tuple[str, str] = ("de", "en"),
+) -> dict:  # fmt: skip
+    """`clients` concurrent clients, one request at a time each (of `texts` sentences, in the
+    API `shape`), for `seconds`."""
     latencies: list[float] = []
     errors: dict[str, int] = {}
 
@@ -157,11 +171,12 @@ async def load(
         i = k * len(sentences) // clients
         while time.perf_counter() < deadline:
             chosen = [sentences[(i + j) % len(sentences)] for j in range(texts)]
-            body = json.dumps({"texts": chosen, **decode}).encode()
+            path, body = shape_request(shape, chosen, decode, pair)
+            body = json.dumps(body).encode()
             i += texts
             began = time.perf_counter()
             try:
-                status, _ = await asyncio.wait_for(connection.post("/translate", body), 60)
+                status, _ = await asyncio.wait_for(connection.post(path, body), 60)
                 ok, kind = status == 200, str(status)
             except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError) as err:
                 connection.close()
@@ -205,15 +220,26 @@ def run_mode(args: argparse.Namespace, sentences: list[str], wait_ms: float) -> 
         info = httpx.get(server.url + "info", timeout=30).json()
         asyncio.run(load(server.url, sentences, min(4, args.clients), args.warmup, decode))
         rss_warm = server.rss_mb()
-        before = httpx.get(server.url + "info", timeout=30).json()["batching"]
-        result = asyncio.run(
-            load(server.url, sentences, args.clients, args.seconds, decode, args.texts)
-        )
-        after = httpx.get(server.url + "info", timeout=30).json()["batching"]
-        decodes = after["decodes"] - before["decodes"]
-        result["decodes"] = decodes
-        result["sentences_per_decode"] = round((after["items"] - before["items"]) / decodes, 2)
-        result["sentences_per_s"] = round((after["items"] - before["items"]) / result["seconds"], 1)
+        pair = (info["languages"]["source"], info["languages"]["target"])
+        shapes = args.shapes.split(",")
+        rounds: dict[str, list[dict]] = {shape: [] for shape in shapes}
+        for _ in range(args.rounds):  # the shapes alternate, round after round
+            for shape in shapes:
+                rounds[shape].append(measure(server, args, sentences, decode, shape, pair))
+        if len(shapes) == 1 and args.rounds == 1:
+            result = rounds[shapes[0]][0]
+        else:
+            result = {
+                shape: {
+                    "requests_per_s": [r["requests_per_s"] for r in runs],
+                    "median_requests_per_s": statistics.median(r["requests_per_s"] for r in runs),
+                    "median_latency_ms_p50": statistics.median(
+                        r["latency_ms"]["p50"] for r in runs
+                    ),
+                    "errors": [r["errors"] for r in runs],
+                }
+                for shape, runs in rounds.items()
+            }
         used = info["decode"] if not decode else {**info["decode"], **decode["decode"]}
         return {
             "batch_wait_ms": wait_ms,
@@ -225,6 +251,22 @@ def run_mode(args: argparse.Namespace, sentences: list[str], wait_ms: float) -> 
                 "after_load": server.rss_mb(),
             },
         }
+
+
+def measure(
+    server: Server, args: argparse.Namespace, sentences: list[str], decode: dict, shape: str,
+    pair: tuple[str, str],
+) -> dict:  # fmt: skip
+    """One load of `args.seconds` in one API shape, with the decodes the server counted."""
+    before = httpx.get(server.url + "info", timeout=30).json()["batching"]
+    result = asyncio.run(load(server.url, sentences, args.clients, args.seconds, decode,
+                              args.texts, shape, pair))  # fmt: skip
+    after = httpx.get(server.url + "info", timeout=30).json()["batching"]
+    decodes = after["decodes"] - before["decodes"]
+    result["decodes"] = decodes
+    result["sentences_per_decode"] = round((after["items"] - before["items"]) / max(decodes, 1), 2)
+    result["sentences_per_s"] = round((after["items"] - before["items"]) / result["seconds"], 1)
+    return result
 
 
 def heavy_request(ckpt: str, info: dict, sentences: list[str]) -> tuple[dict, int]:
@@ -413,6 +455,11 @@ def main() -> None:
     parser.add_argument("--decode", choices=["server", "greedy"], default="server")
     parser.add_argument("--phrases", help="phrases mode: target-language lines (default: --src)")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument(
+        "--shapes", default="native",
+        help="API shapes the load speaks, alternating: native,libretranslate,deepl",
+    )  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=1, help="loads per shape (medians)")
     args = parser.parse_args()
 
     sentences = read_sentences(Path(args.src))

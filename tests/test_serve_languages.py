@@ -81,10 +81,19 @@ def test_info_lists_the_target_languages(client, plain):
     assert info["source_codes"] == []  # it reads no language code: a request names none
 
 
-def test_src_lang_is_refused_by_a_model_that_reads_no_code(client):
-    answer = client.post("/translate", json={"text": "a b", "tgt_lang": "aa", "src_lang": "xx"})
+def test_src_lang_of_a_model_that_reads_no_code_names_its_source_or_is_refused(client):
+    """The APIs send the source language with every request: a model that reads no code takes
+    its own (it chose the model) and refuses another, naming what it reads."""
+    body = {"text": "a b", "tgt_lang": "aa"}
+    alone = client.post("/translate", json=body).json()["translations"]
+    same = client.post("/translate", json={**body, "src_lang": "xx"})
+    assert same.status_code == 200 and same.json()["translations"] == alone
+    answer = client.post("/translate", json={**body, "src_lang": "yy"})
     assert answer.status_code == 422
-    assert "src_lang='xx': this model reads no language code" in answer.json()["error"]
+    assert (
+        "yy is not a source language of this server: it translates from xx"
+        in (answer.json()["error"])
+    )
 
 
 def test_info_lists_every_source_of_a_many_to_one_model(toy, tmp_path):

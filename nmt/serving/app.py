@@ -35,12 +35,14 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from nmt.checkpoint import load_checkpoint
+from nmt.checkpoint import Checkpoint, load_checkpoint
 from nmt.errors import NMTError
 from nmt.run_config import ServeRunConfig
-from nmt.serving import native, score
+from nmt.serving import deepl, libretranslate, native, origins, score
 from nmt.serving.http import BadRequest
-from nmt.serving.info import describe, limits
+from nmt.serving.info import describe, limits, served
+from nmt.serving.keys import Keys
+from nmt.serving.models import Model, Models
 from nmt.serving.server import Server
 from nmt.translation.translator import Translator
 from nmt.translation.warm_up import warm_up
@@ -51,26 +53,38 @@ log = logging.getLogger(__name__)
 API = "POST /translate, POST /score, GET /health, GET /info, GET /"
 
 
-def create_app(translator: Translator, cfg: ServeRunConfig, info: dict) -> Starlette:
-    """The ASGI app; `info` is what GET /info says of the model (`nmt.serving.info.describe`)."""
-    server = Server(translator, cfg)
-    info = {**info, "limits": limits(cfg)}
+def create_app(
+    translator: Translator, cfg: ServeRunConfig, info: dict, keys: Keys | None = None
+) -> Starlette:
+    """The ASGI app of one model already loaded (`cfg.ckpt`'s); `info` is what GET /info says
+    of it (`nmt.serving.info.describe`)."""
+    model = Model.read(cfg.ckpts)
+    models = Models([model], partial(load_server, cfg), cfg)
+    models.add_loaded(model, Server(translator, cfg))
+    return build_app(models, cfg, info, keys or Keys.read(cfg.api_keys, cfg.key_period_days))
+
+
+def build_app(models: Models, cfg: ServeRunConfig, info: dict, keys: Keys) -> Starlette:
+    """The ASGI app of `models` (the first loaded), answering the keys of `keys`."""
+    info = {**info, "limits": limits(cfg), **served(models, keys)}
 
     async def model_info(request: Request) -> Response:
-        return JSONResponse({**info, "batching": server.batcher.counts()})
+        return JSONResponse({**info, "batching": models.loaded[0].batcher.counts()})
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
-        server.close()
+        models.close()
 
     app = Starlette(
         routes=[
             Route("/", page, methods=["GET"]),
-            Route("/translate", partial(native.translate, server), methods=["POST"]),
-            Route("/score", partial(score.score, server), methods=["POST"]),
+            Route("/translate", partial(native.translate, models, keys), methods=["POST"]),
+            Route("/score", partial(score.score, models, keys), methods=["POST"]),
             Route("/health", health, methods=["GET"]),
             Route("/info", model_info, methods=["GET"]),
+            *libretranslate.routes(models, keys),
+            *deepl.routes(models, keys),
             Mount("/static", StaticFiles(directory=WEB), name="static"),
         ],
         exception_handlers={
@@ -78,9 +92,10 @@ def create_app(translator: Translator, cfg: ServeRunConfig, info: dict) -> Starl
             HTTPException: _http_error,
             Exception: _server_error,
         },
+        middleware=origins.middleware(cfg.cors_origins),
         lifespan=lifespan,
     )
-    app.state.server, app.state.batcher = server, server.batcher
+    app.state.models, app.state.batcher = models, models.loaded[0].batcher
     return app
 
 
@@ -126,11 +141,33 @@ async def _server_error(request: Request, exc: Exception) -> Response:
 
 
 def load_app(cfg: ServeRunConfig) -> Starlette:
-    """Load the checkpoint once and build the app around it."""
-    ckpts = [load_checkpoint(path) for path in cfg.ckpts]
-    translator = Translator.from_command(cfg, cfg.decode, cfg.device, ckpts)
+    """Read every model's languages, load the first `max_loaded` models, and build the app
+    around them: a broken checkpoint or keys file fails here, before the server listens."""
+    keys = Keys.read(cfg.api_keys, cfg.key_period_days)
+    given = ([cfg.ckpts] if cfg.ckpt is not None else []) + [[path] for path in cfg.models]
+    models = Models([Model.read(ckpts) for ckpts in given], partial(load_server, cfg), cfg)
+    server, ckpts = _load(cfg, models.models[0])
+    models.add_loaded(models.models[0], server)
+    for model in models.models[1 : cfg.max_loaded]:
+        models.add_loaded(model, load_server(cfg, model))
+    return build_app(models, cfg, describe(server.translator, ckpts, cfg), keys)
+
+
+def load_server(cfg: ServeRunConfig, model: Model) -> Server:
+    """`model` loaded and warmed up behind a server of its own."""
+    return _load(cfg, model)[0]
+
+
+def _load(cfg: ServeRunConfig, model: Model) -> tuple[Server, list[Checkpoint]]:
+    """The model of `ckpt=` is read with its ensemble settings and src_lang; each of
+    `models=` alone, with its defaults."""
+    ckpts = [load_checkpoint(path) for path in model.ckpts]
+    if cfg.ckpt is not None and list(model.ckpts) == cfg.ckpts:
+        translator = Translator.from_command(cfg, cfg.decode, cfg.device, ckpts)
+    else:
+        translator = Translator.from_checkpoints(ckpts, cfg.decode, cfg.device)
     warm_up(translator)  # the first request is answered as fast as the next ones
-    return create_app(translator, cfg, describe(translator, ckpts, cfg))
+    return Server(translator, cfg, model.ckpts[0]), ckpts
 
 
 def listen(host: str, port: int) -> socket.socket:

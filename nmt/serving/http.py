@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from nmt.serving.batching import QueueFull
+from nmt.serving.keys import KeyRefused, Keys
 
 
 class BadRequest(Exception):
@@ -112,3 +113,19 @@ def client_of(request: Request) -> str | None:
     """Who sent a request, for the queue's client_share: the address its connection comes from
     (behind a proxy, the proxy's: every client shares it)."""
     return request.client.host if request.client is not None else None
+
+
+def bearer_key(request: Request) -> str | None:
+    """The API key of a request to nmt's own API: its `Authorization: Bearer KEY` header."""
+    scheme, _, key = request.headers.get("authorization", "").partition(" ")
+    return (key.strip() or None) if scheme.lower() == "bearer" else None
+
+
+def admit(keys: Keys, key: str | None, chars: int) -> None:
+    """A request of `chars` characters counted against `key`; one its key does not allow is a
+    `BadRequest`: 403 (no key, a bad one) or 429 (over the key's limits)."""
+    try:
+        keys.admit(key, chars)
+    except KeyRefused as refused:
+        status = 403 if refused.reason in ("missing", "invalid") else 429
+        raise BadRequest(status, str(refused)) from None

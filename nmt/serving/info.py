@@ -9,8 +9,11 @@ from __future__ import annotations
 
 from nmt.checkpoint import Checkpoint
 from nmt.config import RNNConfig, TransformerConfig
+from nmt.language_codes import tag
 from nmt.run_config import ServeRunConfig, TrainRunConfig, flatten
 from nmt.serving.http import number
+from nmt.serving.keys import Keys
+from nmt.serving.models import Models
 from nmt.translation.translator import Translator
 
 # the settings of a server that /info reports under "limits"
@@ -105,4 +108,21 @@ def describe_model(translator: Translator, run: TrainRunConfig, payload: dict) -
             "decode": run.decode.describe() if "bleu" in metrics else None,
         },
         "device": str(translator.device),
+    }
+
+
+def served(models: Models, keys: Keys) -> dict:
+    """What /info says of the server's models (each with its languages as tags, and the pairs
+    they reach, a pivot included: `nmt.serving.models`) and whether requests need a key."""
+    return {
+        "models": [
+            {
+                "name": m.name,
+                "sources": [tag(s) for s in m.sources],
+                "targets": [tag(t) for t in m.targets],
+            }  # fmt: skip
+            for m in models.models
+        ],
+        "pairs": models.languages(),
+        "keys_required": keys.required,
     }

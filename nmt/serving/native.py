@@ -16,6 +16,8 @@ the search is the server's (`nmt.serving.server`), which never sees this JSON.
 
 from __future__ import annotations
 
+import dataclasses
+
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response
 from torch import Tensor
@@ -30,6 +32,8 @@ from nmt.serving.admission import MAX_BANNED, MAX_CONSTRAINTS, request_decode
 from nmt.serving.batching import QueueFull
 from nmt.serving.http import (
     BadRequest,
+    admit,
+    bearer_key,
     body_limit,
     busy,
     check_keys,
@@ -42,12 +46,15 @@ from nmt.serving.http import (
     read_object,
     read_string,
 )
-from nmt.serving.server import Asked, Server
+from nmt.serving.keys import Keys
+from nmt.serving.models import Models
+from nmt.serving.server import Asked
 from nmt.tokenizer import clean
 from nmt.translation.confidence import Confidence, combine
 from nmt.translation.request import Request, Segment
 from nmt.translation.translator import Translation
 
+AUTO = "auto"  # "src_lang": the language is detected
 REQUEST_KEYS = (
     "alignments", "attention", "banned", "beam_tree", "confidence", "constraints", "decode",
     "format", "prefix", "prefixes", "protect", "split_sentences", "src_lang", "text", "texts",
@@ -55,20 +62,34 @@ REQUEST_KEYS = (
 )  # fmt: skip
 
 
-async def translate(server: Server, request: HTTPRequest) -> Response:
-    """POST /translate: the request read, translated by the server, each text's answer as
-    `NativeAnswer` writes it, and the decode settings it was searched with."""
-    asked = parse_request(await read_body(request, body_limit(server.cfg.max_chars)), server.cfg)
+async def translate(models: Models, keys: Keys, request: HTTPRequest) -> Response:
+    """POST /translate: the request read, translated along its route (`nmt.serving.models`),
+    each text's answer as `NativeAnswer` writes it, and the decode settings it was searched
+    with; "src_lang": "auto" is the texts' language, detected (said in "detected_language")."""
+    cfg = models.cfg
+    asked = parse_request(await read_body(request, body_limit(cfg.max_chars)), cfg)
+    call = asked.request
+    admit(keys, bearer_key(request), sum(len(t) for t in call.texts))
+    extra = {}
     try:
-        answers = await server.translate(asked, NativeAnswer(asked), client_of(request))
+        if call.src_lang == AUTO:
+            found = models.detect(call.texts)
+            call = dataclasses.replace(call, src_lang=found.language if found else None)
+            asked = dataclasses.replace(asked, request=call)
+            extra["detected_language"] = None if found is None else {
+                "language": found.language, "confidence": round(found.confidence, 4)}  # fmt: skip
+        answers, route = await models.translate(asked, NativeAnswer(asked), client_of(request))
     except QueueFull as full:
         return busy(full)
     except NMTError as err:
         raise BadRequest(422, str(err)) from None
-    call = asked.request
+    if route.pivot is not None:
+        extra["pivot"] = route.pivot
     settings = {**flatten(call.decode), "banned": call.banned_phrases}  # as searched
-    body = b'{"translations":[' + b",".join(answers) + b'],"decode":'
-    return Response(body + json_bytes(settings) + b"}", media_type="application/json")
+    body = b'{"translations":[' + b",".join(answers) + b'],"decode":' + json_bytes(settings)
+    for name, value in extra.items():
+        body += b',"' + name.encode() + b'":' + json_bytes(value)
+    return Response(body + b"}", media_type="application/json")
 
 
 # --- reading a request -----------------------------------------------------------------------

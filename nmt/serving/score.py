@@ -20,6 +20,8 @@ translation given the source with that language's tag (and code) before it, as
 
 from __future__ import annotations
 
+import dataclasses
+
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -28,6 +30,8 @@ from nmt.run_config import ServeRunConfig
 from nmt.serving.batching import QueueFull
 from nmt.serving.http import (
     BadRequest,
+    admit,
+    bearer_key,
     body_limit,
     busy,
     check_keys,
@@ -38,18 +42,29 @@ from nmt.serving.http import (
     read_object,
     read_string,
 )
-from nmt.serving.server import ScoreJob, Server
+from nmt.serving.keys import Keys
+from nmt.serving.models import Models
+from nmt.serving.server import ScoreJob
 from nmt.translation.scoring import Scored
 
 SCORE_KEYS = ("src_lang", "text", "texts", "tgt_lang", "translation", "translations")
 
 
-async def score(server: Server, request: Request) -> Response:
-    """POST /score: each pair's score, as `write_scored` writes it."""
-    body = await read_body(request, body_limit(server.cfg.max_chars))
-    job = parse_score_request(body, server.cfg)
+async def score(models: Models, keys: Keys, request: Request) -> Response:
+    """POST /score: each pair's score, as `write_scored` writes it, by the model that
+    translates the pair's languages."""
+    body = await read_body(request, body_limit(models.cfg.max_chars))
+    job = parse_score_request(body, models.cfg)
+    admit(keys, bearer_key(request), sum(map(len, job.texts)) + sum(map(len, job.translations)))
     try:
-        results = await server.score(job, write_scored, client_of(request))
+        route = models.route(job.src_lang, job.tgt_lang)
+        if len(route.hops) > 1:
+            raise NMTError(f"no one model translates {route.source}->{route.target}: a score "
+                           "is one model's")  # fmt: skip
+        hop = route.hops[0]
+        job = dataclasses.replace(job, src_lang=hop.src_lang, tgt_lang=hop.tgt_lang)
+        async with models.using(hop.model) as server:
+            results = await server.score(job, write_scored, client_of(request))
     except QueueFull as full:
         return busy(full)
     except NMTError as err:

@@ -194,10 +194,11 @@ def score_key(tag: tuple[int, ...]) -> tuple:
 
 
 class Server:
-    """A translator behind a batcher (see the module's notes). `cfg`: the limits, the batching
-    settings, the checkpoints (whose confidence calibrations serve `confidence`)."""
+    """A translator behind a batcher (see the module's notes). `cfg`: the limits and the
+    batching settings; `ckpt`: the checkpoint whose confidence calibrations serve `confidence`
+    (None: cfg's first)."""
 
-    def __init__(self, translator: Translator, cfg: ServeRunConfig) -> None:
+    def __init__(self, translator: Translator, cfg: ServeRunConfig, ckpt: str | None = None):
         self.translator = translator
         self.cfg = cfg
         self.batcher = Batcher(
@@ -206,7 +207,8 @@ class Server:
         )  # fmt: skip
         self.maps = map_size(translator)  # what a request's attention maps cost grows with
         # the checkpoint's calibration for each kind of search a request may ask for
-        self.calibrations = {kind: for_checkpoint(cfg.ckpts[0], kind) for kind in SEARCH_KINDS}
+        ckpt = ckpt or cfg.ckpts[0]
+        self.calibrations = {kind: for_checkpoint(ckpt, kind) for kind in SEARCH_KINDS}
         self._ids = itertools.count(1)  # a request's own batch key, where it must be alone
 
     def _run(self, key: Hashable, items: list) -> list:

@@ -27,6 +27,7 @@ const ui = {
   treeToggle: $("tree-toggle"), modelView: $("model-view"), attentionSource: $("attention-source"),
   tgtLang: $("tgt-lang"), tgtLangControl: $("tgt-lang-control"),
   srcLang: $("src-lang"), srcLangControl: $("src-lang-control"),
+  apiKey: $("api-key"), apiKeyControl: $("api-key-control"),
 };
 
 const state = {
@@ -71,7 +72,7 @@ async function translate() {
   try {
     answer = await fetch("/translate", {
       method: "POST",
-      headers: { "Content-Type": "application/json" },
+      headers: apiHeaders(),
       body: JSON.stringify(request(text)),
     });
     body = await answer.json();
@@ -576,6 +577,8 @@ function describeModel(info) {
 // whose requests must say which; a model with one needs no "tgt_lang", and its menu stays empty
 // and hidden (its value "" sends none). Returns the target languages to name in the model line.
 function setupLanguages(info) {
+  ui.apiKeyControl.hidden = !info.keys_required;
+  if (info.models && info.models.length > 1) return setupPairs(info);
   const targets = info.target_languages && info.target_languages.length
     ? info.target_languages : [info.languages.target];
   const several = targets.length > 1;
@@ -609,6 +612,36 @@ function setupSourceLanguages(info) {
     ui.srcLang.value = start || codes[0];
   }
   ui.srcLangControl.hidden = !codes.length;
+}
+
+// a server of several models: "From" lists every source language it reads, "Into" the languages
+// the chosen one reaches (/info's "pairs", a pivot through a shared language included)
+function setupPairs(info) {
+  const fill = (menu, codes) => {
+    const kept = menu.value;
+    menu.replaceChildren(...codes.map((code) => {
+      const name = languageName(code);
+      return new Option(name === code ? code : `${name} (${code})`, code);
+    }));
+    menu.value = codes.includes(kept) ? kept : codes[0];
+  };
+  fill(ui.srcLang, Object.keys(info.pairs));
+  const fillTargets = () => {
+    fill(ui.tgtLang, info.pairs[ui.srcLang.value] || []);
+    showTargetLanguage(ui.tgtLang.value);
+  };
+  fillTargets();
+  ui.srcLang.addEventListener("change", fillTargets);
+  ui.srcLangControl.hidden = ui.tgtLangControl.hidden = false;
+  return Object.values(info.pairs).flat().filter((code, i, all) => all.indexOf(code) === i);
+}
+
+// the headers of every API call the page makes: JSON, and the key when the server needs one
+function apiHeaders() {
+  const headers = { "Content-Type": "application/json" };
+  const key = ui.apiKey.value.trim();
+  if (key) headers.Authorization = `Bearer ${key}`;
+  return headers;
 }
 
 function showTargetLanguage(code) {

@@ -42,7 +42,7 @@
     let answer, body;
     try {
       answer = await fetch("/translate", {
-        method: "POST", headers: { "Content-Type": "application/json" },
+        method: "POST", headers: apiHeaders(), // app.js: JSON, and the key when needed
         body: JSON.stringify(request),
       });
       body = await answer.json();

@@ -59,7 +59,7 @@
     try {
       answer = await fetch("/score", {
         method: "POST",
-        headers: { "Content-Type": "application/json" },
+        headers: apiHeaders(), // app.js: JSON, and the key when the server needs one
         body: JSON.stringify(request),
       });
       body = await answer.json().catch(() => ({})); // a proxy's page is not JSON
