@@ -524,6 +524,12 @@ class ServeRunConfig(TextOptions, CheckpointsConfig):
             raise NMTError("give the model to serve: ckpt=DIR, or models=[DIR,...] for several")
         if self.ckpt is not None:
             self.check_ckpts()
+        if self.src_lang == "auto":
+            raise NMTError(
+                'src_lang=auto: nmt-serve identifies a language per request ("src_lang": "auto", '
+                'LibreTranslate\'s source "auto", DeepL without source_lang): give a language '
+                "here, or none"
+            )
         if self.max_loaded < 1:
             raise NMTError(f"max_loaded={self.max_loaded} must be >= 1")
         if self.key_period_days <= 0:

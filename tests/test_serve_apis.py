@@ -302,3 +302,53 @@ def test_a_page_elsewhere_makes_no_work(de_en):
         assert call(f"{url}/translate", {"text": TEXT}, headers=own)[0] == 200
         friend = {"Origin": "https://allowed.example"}
         assert call(f"{url}/translate", {"text": TEXT}, headers=friend)[0] == 200
+
+
+# --- files --------------------------------------------------------------------------------------
+
+
+def test_libretranslate_translates_a_file_and_serves_it(server):
+    import requests
+
+    page = f"<html><body><h1>{TEXT}</h1>\n<p>Er zählt zwölf Katzen.</p></body></html>\n"
+    answer = requests.post(
+        f"{server.url}/libretranslate/translate_file",
+        data={"source": "de", "target": "en"},
+        files={"file": ("page.html", page.encode())},
+        timeout=60,
+    )
+    assert answer.status_code == 200, answer.text
+    url = answer.json()["translatedFileUrl"]
+    assert url.startswith(f"{server.url}/libretranslate/download_file/")
+    got = requests.get(url, timeout=60)
+    assert got.headers["content-disposition"] == 'attachment; filename="page.en.html"'
+    heading, paragraph = native(server, TEXT, "en"), native(server, "Er zählt zwölf Katzen.", "en")
+    assert got.text == f"<html><body><h1>{heading}</h1>\n<p>{paragraph}</p></body></html>\n"
+    refused = requests.post(
+        f"{server.url}/libretranslate/translate_file", data={"source": "de", "target": "en"},
+        files={"file": ("book.epub", b"PK\x03\x04")}, timeout=60,
+    )  # fmt: skip
+    assert refused.status_code == 400 and ".srt" in refused.json()["error"]
+
+
+def test_the_deepl_client_translates_a_document(server, tmp_path):
+    source, out = tmp_path / "lines.txt", tmp_path / "lines.en.txt"
+    source.write_text(f"{TEXT}\n\nEr zählt zwölf Katzen.\n", encoding="utf-8")
+    client = deepl.Translator("any-key", server_url=server.url)
+    status = client.translate_document_from_filepath(source, out, target_lang="EN-US")
+    assert status.done and status.billed_characters == len(source.read_text(encoding="utf-8"))
+    expected = [native(server, TEXT, "en"), "", native(server, "Er zählt zwölf Katzen.", "en")]
+    assert out.read_text(encoding="utf-8") == "\n".join(expected) + "\n"
+
+
+def test_settings_of_the_apis_are_checked_before_any_work(de_en, tmp_path, capsys):
+    assert cli.serve([f"ckpt={de_en}", "src_lang=auto"]) == 2
+    assert 'per request ("src_lang": "auto"' in capsys.readouterr().err
+    assert cli.serve([f"ckpt={de_en}", "cors_origins=[app.example/x]"]) == 2
+    assert "is not an origin such as https://app.example" in capsys.readouterr().err
+    bad = tmp_path / "keys.txt"
+    bad.write_text("k1 characters=lots\n")
+    assert cli.serve([f"ckpt={de_en}", f"api_keys={bad}"]) == 2
+    assert f"{bad}:1: 'characters=lots'" in capsys.readouterr().err
+    assert cli.serve(["models=[]"]) == 2
+    assert "give the model to serve" in capsys.readouterr().err

@@ -39,6 +39,7 @@ from nmt.checkpoint import Checkpoint, load_checkpoint
 from nmt.errors import NMTError
 from nmt.run_config import ServeRunConfig
 from nmt.serving import deepl, libretranslate, native, origins, score
+from nmt.serving.files import Files
 from nmt.serving.http import BadRequest
 from nmt.serving.info import describe, limits, served
 from nmt.serving.keys import Keys
@@ -67,6 +68,7 @@ def create_app(
 def build_app(models: Models, cfg: ServeRunConfig, info: dict, keys: Keys) -> Starlette:
     """The ASGI app of `models` (the first loaded), answering the keys of `keys`."""
     info = {**info, "limits": limits(cfg), **served(models, keys)}
+    files = Files()  # documents translated through an API shape, until fetched
 
     async def model_info(request: Request) -> Response:
         return JSONResponse({**info, "batching": models.loaded[0].batcher.counts()})
@@ -83,8 +85,8 @@ def build_app(models: Models, cfg: ServeRunConfig, info: dict, keys: Keys) -> St
             Route("/score", partial(score.score, models, keys), methods=["POST"]),
             Route("/health", health, methods=["GET"]),
             Route("/info", model_info, methods=["GET"]),
-            *libretranslate.routes(models, keys),
-            *deepl.routes(models, keys),
+            *libretranslate.routes(models, keys, files),
+            *deepl.routes(models, keys, files),
             Mount("/static", StaticFiles(directory=WEB), name="static"),
         ],
         exception_handlers={

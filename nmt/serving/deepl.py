@@ -33,6 +33,7 @@ import uuid
 from typing import Any
 from urllib.parse import parse_qsl
 
+from starlette.datastructures import UploadFile
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -43,7 +44,8 @@ from nmt.errors import NMTError
 from nmt.language_codes import name, tag
 from nmt.serving.admission import MAX_CONSTRAINTS
 from nmt.serving.batching import QueueFull
-from nmt.serving.http import BadRequest, body_limit, client_of, read_body, read_object
+from nmt.serving.files import Files, translate_file
+from nmt.serving.http import BadRequest, body_limit, client_of, read_body, read_form, read_object
 from nmt.serving.keys import KeyRefused, Keys
 from nmt.serving.models import Models, Unserved
 from nmt.serving.server import Asked
@@ -58,16 +60,28 @@ MAX_GLOSSARIES = 100  # glossaries one key may hold (they live in the server's m
 MAX_ENTRIES = 5000  # entries in one glossary
 
 
-def routes(models: Models, keys: Keys) -> list[BaseRoute]:
-    """The shape's routes under /v2/."""
-    glossaries = Glossaries()
+@dataclasses.dataclass(frozen=True)
+class Kept:
+    """What the shape keeps for its clients between requests."""
+
+    glossaries: Glossaries
+    files: Files
+
+
+def routes(models: Models, keys: Keys, files: Files) -> list[BaseRoute]:
+    """The shape's routes under /v2/ (`files`: the translated documents waiting)."""
+    kept = Kept(Glossaries(), files)
 
     def bound(handler):  # noqa: ANN001, ANN202 - a route's endpoint with the server's parts
         async def endpoint(request: HTTPRequest) -> Response:
             try:
-                params = await read_params(request, models.cfg.max_chars)
+                if handler is upload:  # a multipart body: the file and its fields
+                    form = await read_form(request, body_limit(models.cfg.max_chars))
+                    params = {k: v for k, v in form.multi_items()}
+                else:
+                    params = await read_params(request, models.cfg.max_chars)
                 account = keys.account(_key(request, params))  # DeepL checks the key first
-                return await handler(models, keys, glossaries, account, params, request)
+                return await handler(models, keys, kept, account, params, request)
             except BadRequest as err:
                 return message(400 if err.status == 422 else err.status, str(err))
             except KeyRefused as refused:
@@ -86,6 +100,9 @@ def routes(models: Models, keys: Keys) -> list[BaseRoute]:
         Route(ids, bound(glossary_delete), methods=["DELETE"]),
         Route(f"{ids}/entries", bound(glossary_entries), methods=["GET"]),
         Route("/v2/glossary-language-pairs", bound(glossary_pairs), methods=["GET"]),
+        Route("/v2/document", bound(upload), methods=["POST"]),
+        Route("/v2/document/{document_id}", bound(document_status), methods=["POST"]),
+        Route("/v2/document/{document_id}/result", bound(document_result), methods=["POST"]),
     ]
 
 
@@ -97,7 +114,7 @@ def message(status: int, text: str, headers: dict | None = None) -> Response:
 
 
 async def translate(
-    models: Models, keys: Keys, glossaries: Glossaries, account: str, params: dict,
+    models: Models, keys: Keys, kept: Kept, account: str, params: dict,
     request: HTTPRequest,
 ) -> Response:  # fmt: skip
     """POST /v2/translate (see the module's notes)."""
@@ -121,7 +138,7 @@ async def translate(
     source = params.get("source_lang") or None
     glossary = None
     if params.get("glossary_id"):
-        glossary = glossaries.get(account, str(params["glossary_id"]))
+        glossary = kept.glossaries.get(account, str(params["glossary_id"]))
         if source is None:
             return message(400, "Use of a glossary requires the source_lang parameter")
     keys.admit(account, chars)
@@ -185,7 +202,7 @@ class DeepLAnswer:
 
 
 async def languages(
-    models: Models, keys: Keys, glossaries: Glossaries, account: str, params: dict,
+    models: Models, keys: Keys, kept: Kept, account: str, params: dict,
     request: HTTPRequest,
 ) -> Response:  # fmt: skip
     """GET /v2/languages?type=source|target: the languages by DeepL's codes."""
@@ -208,7 +225,7 @@ def deepl_code(language: str) -> str:
 
 
 async def usage(
-    models: Models, keys: Keys, glossaries: Glossaries, account: str, params: dict,
+    models: Models, keys: Keys, kept: Kept, account: str, params: dict,
     request: HTTPRequest,
 ) -> Response:  # fmt: skip
     """GET /v2/usage: the key's characters this period, and its quota (without one, the most a
@@ -282,7 +299,7 @@ class Glossaries:
 
 
 async def glossary_create(
-    models: Models, keys: Keys, glossaries: Glossaries, account: str, params: dict,
+    models: Models, keys: Keys, kept: Kept, account: str, params: dict,
     request: HTTPRequest,
 ) -> Response:  # fmt: skip
     """POST /v2/glossaries: name, source_lang, target_lang, entries (TSV or CSV)."""
@@ -295,7 +312,7 @@ async def glossary_create(
     created = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
     glossary = Glossary(str(uuid.uuid4()), params["name"], source.split("-")[0],
                         target.split("-")[0], entries, created.replace("+00:00", "Z"))  # fmt: skip
-    glossaries.add(account, glossary)
+    kept.glossaries.add(account, glossary)
     return JSONResponse(glossary.info(), status_code=201)
 
 
@@ -317,43 +334,99 @@ def read_entries(text: str, kind: str) -> dict[str, str]:
 
 
 async def glossary_list(
-    models: Models, keys: Keys, glossaries: Glossaries, account: str, params: dict,
+    models: Models, keys: Keys, kept: Kept, account: str, params: dict,
     request: HTTPRequest,
 ) -> Response:  # fmt: skip
-    return JSONResponse({"glossaries": [g.info() for g in glossaries.all(account)]})
+    return JSONResponse({"glossaries": [g.info() for g in kept.glossaries.all(account)]})
 
 
 async def glossary_get(
-    models: Models, keys: Keys, glossaries: Glossaries, account: str, params: dict,
+    models: Models, keys: Keys, kept: Kept, account: str, params: dict,
     request: HTTPRequest,
 ) -> Response:  # fmt: skip
-    return JSONResponse(glossaries.get(account, request.path_params["glossary_id"]).info())
+    return JSONResponse(kept.glossaries.get(account, request.path_params["glossary_id"]).info())
 
 
 async def glossary_entries(
-    models: Models, keys: Keys, glossaries: Glossaries, account: str, params: dict,
+    models: Models, keys: Keys, kept: Kept, account: str, params: dict,
     request: HTTPRequest,
 ) -> Response:  # fmt: skip
-    glossary = glossaries.get(account, request.path_params["glossary_id"])
+    glossary = kept.glossaries.get(account, request.path_params["glossary_id"])
     tsv = "".join(f"{term}\t{translation}\n" for term, translation in glossary.entries.items())
     return Response(tsv, media_type="text/tab-separated-values")
 
 
 async def glossary_delete(
-    models: Models, keys: Keys, glossaries: Glossaries, account: str, params: dict,
+    models: Models, keys: Keys, kept: Kept, account: str, params: dict,
     request: HTTPRequest,
 ) -> Response:  # fmt: skip
-    glossaries.remove(account, request.path_params["glossary_id"])
+    kept.glossaries.remove(account, request.path_params["glossary_id"])
     return Response(status_code=204)
 
 
 async def glossary_pairs(
-    models: Models, keys: Keys, glossaries: Glossaries, account: str, params: dict,
+    models: Models, keys: Keys, kept: Kept, account: str, params: dict,
     request: HTTPRequest,
 ) -> Response:  # fmt: skip
     pairs = [{"source_lang": s, "target_lang": t}
              for s, targets in models.languages().items() for t in targets]  # fmt: skip
     return JSONResponse({"supported_languages": pairs})
+
+
+# --- documents -----------------------------------------------------------------------------------
+
+
+async def upload(
+    models: Models, keys: Keys, kept: Kept, account: str, params: dict, request: HTTPRequest
+) -> Response:
+    """POST /v2/document (a form: file, target_lang, source_lang): the document translated
+    (before the answer: its status is then done at once) and kept for its owner."""
+    document = params.get("file")
+    if not isinstance(document, UploadFile):
+        return message(400, "Missing or invalid argument: file")
+    target = params.get("target_lang")
+    if not isinstance(target, str) or not target:
+        return message(400, "Value for 'target_lang' not supported: it is required")
+    data = await document.read()
+    keys.admit(account, len(data))
+    source = params.get("source_lang") or None
+    try:
+        done = await translate_file(models, data, document.filename or "document.txt",
+                                    source, target, client_of(request))  # fmt: skip
+    except Unserved as err:
+        return message(400, f"Value for 'target_lang' or 'source_lang' not supported: {err}")
+    except QueueFull as full:
+        return message(503, str(full), {"Retry-After": str(full.retry_after)})
+    except NMTError as err:
+        return message(400, str(err))
+    held = kept.files.add(account, done)
+    return JSONResponse({"document_id": held.file_id, "document_key": held.key})
+
+
+async def document_status(
+    models: Models, keys: Keys, kept: Kept, account: str, params: dict, request: HTTPRequest
+) -> Response:
+    """POST /v2/document/ID (document_key): done, with the characters it was billed."""
+    held = kept.files.get(request.path_params["document_id"], account, _document_key(params))
+    return JSONResponse({"document_id": held.file_id, "status": "done",
+                         "billed_characters": held.translated.characters})  # fmt: skip
+
+
+async def document_result(
+    models: Models, keys: Keys, kept: Kept, account: str, params: dict, request: HTTPRequest
+) -> Response:
+    """POST /v2/document/ID/result (document_key): the translated document."""
+    held = kept.files.get(request.path_params["document_id"], account, _document_key(params))
+    done = held.translated
+    headers = {"Content-Disposition": f'attachment; filename="{done.name}"'}
+    return Response(done.data, media_type=done.media_type, headers=headers)
+
+
+def _document_key(params: dict) -> str:
+    key = params.get("document_key")
+    if not isinstance(key, str) or not key:
+        raise BadRequest(400, "Missing or invalid argument: document_key")
+    return key
 
 
 # --- reading a request -------------------------------------------------------------------------

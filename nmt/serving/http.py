@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import math
 
+from starlette.datastructures import FormData
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -129,3 +131,22 @@ def admit(keys: Keys, key: str | None, chars: int) -> None:
     except KeyRefused as refused:
         status = 403 if refused.reason in ("missing", "invalid") else 429
         raise BadRequest(status, str(refused)) from None
+
+
+async def read_form(request: Request, limit: int) -> FormData:
+    """A multipart/form-data or urlencoded body (an uploaded file and its fields), read within
+    `limit` bytes first (Starlette's parser alone would read any size), at most one file."""
+    body = await read_body(request, limit)
+    sent = False
+
+    async def replay() -> dict:  # the body already read, handed to the parser as a stream
+        nonlocal sent
+        if sent:
+            return {"type": "http.disconnect"}
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    try:
+        return await Request(request.scope, replay).form(max_files=1, max_fields=32)
+    except HTTPException as err:  # a malformed body, or more files or fields than allowed
+        raise BadRequest(400, f"unreadable form: {err.detail}") from None

@@ -21,9 +21,11 @@ is answered 400 or absent, as docs/apis.md says.
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 from typing import Any
 from urllib.parse import parse_qsl
 
+from starlette.datastructures import UploadFile
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -34,8 +36,18 @@ from nmt.errors import NMTError
 from nmt.language_codes import name
 from nmt.serving.admission import request_decode
 from nmt.serving.batching import QueueFull
-from nmt.serving.http import BadRequest, body_limit, busy, client_of, read_body, read_object
-from nmt.serving.keys import KeyRefused, Keys
+from nmt.serving.files import SERVED, Files
+from nmt.serving.files import translate_file as translate_file_as
+from nmt.serving.http import (
+    BadRequest,
+    body_limit,
+    busy,
+    client_of,
+    read_body,
+    read_form,
+    read_object,
+)
+from nmt.serving.keys import ANONYMOUS, KeyRefused, Keys
 from nmt.serving.models import Models, Unserved
 from nmt.serving.server import Asked
 from nmt.translation.request import Request, Segment
@@ -44,11 +56,12 @@ from nmt.translation.translator import Translation
 PREFIX = "/libretranslate"
 AUTO = "auto"
 FORMATS = ("text", "html")
+DOWNLOAD = "libretranslate-download"  # the route's name, for the URL a file is fetched from
 KEY_STATUS = {"missing": 403, "invalid": 403, "rate": 429, "quota": 429}
 
 
-def routes(models: Models, keys: Keys) -> list[BaseRoute]:
-    """The shape's routes, under PREFIX."""
+def routes(models: Models, keys: Keys, files: Files) -> list[BaseRoute]:
+    """The shape's routes, under PREFIX (`files`: the translated files waiting)."""
 
     def bound(handler):  # noqa: ANN001, ANN202 - a route's endpoint with the server's parts
         async def endpoint(request: HTTPRequest) -> Response:
@@ -61,6 +74,13 @@ def routes(models: Models, keys: Keys) -> list[BaseRoute]:
 
     return [
         Route(f"{PREFIX}/translate", bound(translate), methods=["POST"]),
+        Route(f"{PREFIX}/translate_file", bound(partial(translate_file, files)), methods=["POST"]),
+        Route(
+            f"{PREFIX}/download_file/{{file_id}}",
+            bound(partial(download, files)),
+            methods=["GET"],
+            name=DOWNLOAD,
+        ),  # fmt: skip
         Route(f"{PREFIX}/detect", bound(detect), methods=["POST"]),
         Route(f"{PREFIX}/languages", bound(languages), methods=["GET"]),
         Route(f"{PREFIX}/frontend/settings", bound(settings), methods=["GET"]),
@@ -118,6 +138,45 @@ async def translate(models: Models, keys: Keys, request: HTTPRequest) -> Respons
         found = _detected(detected)
         out["detectedLanguage"] = [found] * len(texts) if many else found
     return JSONResponse(out)
+
+
+async def translate_file(files: Files, models: Models, keys: Keys, request: HTTPRequest):
+    """POST /translate_file (a form: file, source, target, api_key): the file translated and
+    kept; the answer is the URL it is fetched from."""
+    form = await read_form(request, body_limit(models.cfg.max_chars))
+    upload = form.get("file")
+    if not isinstance(upload, UploadFile):
+        return error(400, "Invalid request: missing file parameter")
+    for key in ("source", "target"):
+        if not form.get(key):
+            return error(400, f"Invalid request: missing {key} parameter")
+    data = await upload.read()
+    refused = _admit(keys, form.get("api_key"), len(data))
+    if refused is not None:
+        return refused
+    source, target = str(form["source"]), str(form["target"])
+    try:
+        done = await translate_file_as(models, data, upload.filename or "file.txt",
+                                       None if source == AUTO else source, target,
+                                       client_of(request))  # fmt: skip
+    except Unserved as err:
+        named = err.language is not None and err.language in (source, target)
+        return error(400, f"{err.language} is not supported" if named else str(err))
+    except QueueFull as full:
+        return busy(full)
+    except NMTError as err:
+        return error(400, str(err))
+    held = files.add(ANONYMOUS, done)
+    url = str(request.url_for(DOWNLOAD, file_id=held.file_id))
+    return JSONResponse({"translatedFileUrl": url})
+
+
+async def download(files: Files, models: Models, keys: Keys, request: HTTPRequest) -> Response:
+    """GET /download_file/ID: a translated file, by the id its URL carries."""
+    held = files.get(request.path_params["file_id"])
+    done = held.translated
+    headers = {"Content-Disposition": f'attachment; filename="{done.name}"'}
+    return Response(done.data, media_type=done.media_type, headers=headers)
 
 
 def _asked(
@@ -189,8 +248,8 @@ async def settings(models: Models, keys: Keys, request: HTTPRequest) -> Response
         "apiKeys": keys.required,
         "keyRequired": keys.required,
         "suggestions": False,
-        "filesTranslation": False,
-        "supportedFilesFormat": [],
+        "filesTranslation": True,
+        "supportedFilesFormat": list(SERVED),
         "language": {
             "source": {"code": AUTO, "name": "Auto Detect"},
             "target": {"code": targets[0], "name": name(targets[0])} if targets else None,
