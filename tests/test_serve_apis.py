@@ -35,20 +35,20 @@ def de_en(tmp_path_factory, demo_dir) -> Path:
     return tiny_checkpoint(tmp_path_factory, demo_dir)
 
 
-@pytest.fixture(scope="module")
-def en_de(tmp_path_factory, demo_dir) -> Path:
+def reversed_checkpoint(tmp_path_factory, demo_dir) -> Path:
+    """A tiny en->de GRU on the demo corpus, trained once per session."""
     run = tmp_path_factory.getbasetemp() / "serve-tiny-gru-en-de"
     best = run / "checkpoints" / "best"
     if not best.exists():
         args = ["data=demo", f"data.local_dir={demo_dir}", f"run_dir={run}", *TINY]
-        reverse = [
-            "data.src_lang=en",
-            "data.tgt_lang=de",
-            "train.max_steps=80",
-            "train.overwrite=true",
-        ]
-        assert cli.train([*args, *reverse]) == 0
+        reverse = ["data.src_lang=en", "data.tgt_lang=de", "train.max_steps=80"]
+        assert cli.train([*args, *reverse, "train.overwrite=true"]) == 0
     return best
+
+
+@pytest.fixture(scope="module")
+def en_de(tmp_path_factory, demo_dir) -> Path:
+    return reversed_checkpoint(tmp_path_factory, demo_dir)
 
 
 @pytest.fixture(scope="module")

@@ -577,3 +577,44 @@ def test_a_model_with_language_codes_has_a_from_menu(tmp_path, demo_dir):
                 shown.append(want)
             assert shown[0] != shown[1]  # the code is read
             assert not errors
+
+
+def test_a_server_of_two_models_and_keys_has_a_pair_picker_and_a_key_field(
+    tmp_path_factory, tmp_path, demo_dir
+):
+    """models=[...] with api_keys: "From" lists every source, "Into" the targets the chosen one
+    reaches, and the key typed in the key field goes with every request (without it: 403)."""
+    from playwright.sync_api import expect
+    from test_serve_apis import reversed_checkpoint
+
+    de_en = tiny_checkpoint(tmp_path_factory, demo_dir)
+    en_de = reversed_checkpoint(tmp_path_factory, demo_dir)
+    keys = tmp_path / "keys.txt"
+    keys.write_text("page-key\n")
+    with serving(de_en, tmp_path / "server.log", f"models=[{en_de}]", f"api_keys={keys}") as url:
+
+        def translation(text: str, src: str, tgt: str) -> str:
+            body = json.dumps({"text": text, "src_lang": src, "tgt_lang": tgt, "attention": True})
+            request = urllib.request.Request(
+                url + "translate", data=body.encode(), headers={"Authorization": "Bearer page-key"}
+            )
+            with urllib.request.urlopen(request, timeout=30) as answer:
+                return json.load(answer)["translations"][0]["text"]
+
+        with browser_page(url, 700) as (page, errors):
+            expect(page.locator("#api-key-control")).to_be_visible(timeout=20_000)
+            sources = page.locator("#src-lang option")
+            assert [sources.nth(k).get_attribute("value") for k in range(2)] == ["de", "en"]
+            page.locator("#source").fill(SENTENCE)
+            expect(page.locator("#error")).to_contain_text("API key", timeout=20_000)
+            page.locator("#api-key").fill("page-key")
+            page.select_option("#src-lang", "de")  # translates again, with the key
+            want = translation(SENTENCE, "de", "en")
+            expect(page.locator("#target")).to_have_text(want, timeout=20_000)
+            page.select_option("#src-lang", "en")
+            assert page.locator("#tgt-lang").input_value() == "de"
+            english = "I see twenty red apples."
+            page.locator("#source").fill(english)
+            want = translation(english, "en", "de")
+            expect(page.locator("#target")).to_have_text(want, timeout=20_000)
+            assert not errors
