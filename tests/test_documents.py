@@ -381,7 +381,7 @@ def test_a_word_file_keeps_its_runs_and_every_part_and_takes_translated_text(tmp
     source = tmp_path / "a.docx"
     make_docx(source)
     doc = open_document(source, TextFormat.auto)
-    assert doc.fmt == TextFormat.docx
+    assert doc.format.name == "Word"
     segments = doc.segments()
     assert segments == [
         ("Ein Titel", TextFormat.text),
@@ -411,7 +411,7 @@ def test_a_file_of_lines_is_not_a_document(tmp_path):
     assert open_document(tmp_path / "a.de", TextFormat.html) is None  # lines of HTML
     (tmp_path / "a.html").write_text("<p>Ein Hund.</p>")
     assert open_document(tmp_path / "a.html", TextFormat.text) is None
-    assert open_document(tmp_path / "a.html", TextFormat.markdown).fmt == TextFormat.markdown
+    assert open_document(tmp_path / "a.html", TextFormat.markdown).format.name == "Markdown"
     with pytest.raises(NMTError, match="no such file"):
         open_document(tmp_path / "b.html", TextFormat.auto)
 

@@ -28,7 +28,7 @@ def translate_document(
     rank 0 writes into the document, then removes both."""
     if cfg.nbest_tsv or cfg.prefix_tsv or cfg.constraints_tsv or cfg.rerank or cfg.alignments:
         raise NMTError(
-            f"input={cfg.input} is a document ({document.fmt.value}): nbest_tsv, prefix_tsv, "
+            f"input={cfg.input} is a document ({document.format.name}): nbest_tsv, prefix_tsv, "
             "constraints_tsv, rerank and alignments apply to a file of lines (format=text)"
         )
     output = Path(cfg.output)

@@ -33,7 +33,6 @@ from nmt.cli.lines import (
 )
 from nmt.cli.prompt import repl
 from nmt.cli.source_language import AUTO
-from nmt.config import TextFormat
 from nmt.data.splits import read_lines
 from nmt.distributed import Dist, from_environment
 from nmt.documents.files import open_document, translate_segments
@@ -93,8 +92,9 @@ def translate_main(cfg: TranslateRunConfig) -> None:
     document = open_document(Path(cfg.input), cfg.format) if cfg.input is not None else None
     if document is not None:  # a document to standard output, translated whole
         _no_auto(cfg)
-        if document.fmt == TextFormat.docx:
-            raise NMTError(f"input={cfg.input} is a Word file: give output=FILE.docx")
+        if document.format.binary:
+            raise NMTError(f"input={cfg.input} is a {document.format.name} file: give "
+                           f"output=FILE{Path(cfg.input).suffix}")  # fmt: skip
         request = Request([], translator.decode, tgt_lang=cfg.tgt_lang, noun="segment")
         done = translate_segments(translator, document.segments(), request, cfg)
         sys.stdout.write(document.text.write(done))

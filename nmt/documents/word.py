@@ -18,16 +18,30 @@ Text inside hyperlinks, text boxes and fields is kept, not translated.
 from __future__ import annotations
 
 import html
+import io
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import docx
+import docx.opc.exceptions
 from docx.text.paragraph import Paragraph
 
 from nmt.config import TextFormat
+from nmt.documents.package import Package
+from nmt.errors import NMTError
 
 _RUN_TAG = re.compile(r"<(/?)r(\d+)>")
+
+
+def read(data: bytes, name: str) -> WordDocument:
+    """The Word file `name` holding `data` (`nmt.documents.formats`): its package's sizes
+    checked first (`Package.read`: a zip bomb is refused before python-docx expands it)."""
+    Package.read(data, name)
+    try:
+        return WordDocument.read(io.BytesIO(data))
+    except (docx.opc.exceptions.PackageNotFoundError, KeyError, ValueError) as err:
+        raise NMTError(f"{name}: not a Word document ({type(err).__name__}: {err})") from None
 
 
 @dataclass
@@ -36,8 +50,8 @@ class WordDocument:
     paragraphs: list[Paragraph]  # those with text to translate, in reading order
 
     @classmethod
-    def read(cls, path: str | Path) -> WordDocument:
-        document = docx.Document(str(path))
+    def read(cls, path: str | Path | io.BytesIO) -> WordDocument:
+        document = docx.Document(path if isinstance(path, io.BytesIO) else str(path))
         seen: set[int] = set()
         found = []
         for paragraph in _paragraphs(document):
@@ -55,7 +69,13 @@ class WordDocument:
     def texts(self) -> list[str]:
         return [text for text, _ in self.segments()]
 
-    def save(self, translations: list[str], path: str | Path) -> None:
+    def write(self, translations: list[str]) -> bytes:
+        """The document's bytes, each paragraph's runs holding its translation (`Opened`)."""
+        out = io.BytesIO()
+        self.save(translations, out)
+        return out.getvalue()
+
+    def save(self, translations: list[str], path: str | Path | io.BytesIO) -> None:
         """The document with each paragraph's runs holding its translation, saved to `path`."""
         if len(translations) != len(self.paragraphs):
             raise ValueError(f"{len(translations)} translations of {len(self.paragraphs)}")
@@ -65,7 +85,7 @@ class WordDocument:
             for run, text in zip(runs, texts):
                 if run.text != text:
                     run.text = text
-        self.document.save(str(path))
+        self.document.save(path if isinstance(path, io.BytesIO) else str(path))
 
 
 def _paragraphs(document):

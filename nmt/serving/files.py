@@ -26,7 +26,8 @@ from pathlib import Path
 from starlette.concurrency import run_in_threadpool
 
 from nmt.config import TextFormat, TextOptions
-from nmt.documents.files import BY_EXTENSION, open_document
+from nmt.documents.files import open_document
+from nmt.documents.formats import BY_EXTENSION
 from nmt.errors import NMTError
 from nmt.serving.http import BadRequest
 from nmt.serving.models import Models, TextAnswer
@@ -35,7 +36,7 @@ from nmt.translation.request import Request
 
 LINES = ".txt"  # a file of lines: each line a text
 # the extensions a file may have over HTTP (docx: see the module's notes)
-SERVED = tuple(sorted(e for e, f in BY_EXTENSION.items() if f != TextFormat.docx)) + (LINES,)
+SERVED = tuple(sorted(e for e, f in BY_EXTENSION.items() if not f.binary)) + (LINES,)
 MEDIA = {".html": "text/html", ".htm": "text/html", ".xhtml": "application/xhtml+xml",
          ".md": "text/markdown", ".markdown": "text/markdown", ".srt": "application/x-subrip",
          LINES: "text/plain"}  # fmt: skip
