@@ -655,3 +655,65 @@ def test_a_link_opens_only_where_its_end_is_near():
     assert [c.kind for c in near.codes] == ["open", "close"]
     for far in ("[" + "a" * 1001 + "](x)", "[a](" + "b" * 2001 + ")"):
         assert "open" not in [c.kind for c in lift_markdown(far).codes]
+
+
+# --- files: what a format must not lose (issue: documents that lose nothing) -----------------
+
+
+def test_a_subtitle_written_without_its_blank_line_keeps_the_next_number_and_timing():
+    text = "1\n00:00:01,000 --> 00:00:02,000\nEin Hund\n2\n00:00:03,000 --> 00:00:04,000\nläuft.\n"
+    doc = srt.read(text)
+    assert doc.texts() == ["Ein Hund", "läuft."]
+    out = doc.write(["A dog", "runs."])
+    assert (
+        out == "1\n00:00:01,000 --> 00:00:02,000\nA dog\n2\n00:00:03,000 --> 00:00:04,000\nruns.\n"
+    )
+
+
+def test_a_subtitle_ampersand_is_a_character_and_its_tags_are_kept():
+    doc = srt.read("1\n00:00:01,000 --> 00:00:02,000\nTom & Jerry <i>laufen</i>\n")
+    ((text, fmt),) = [(t, s.fmt) for t, s in zip(doc.texts(), doc.segments)]
+    block = read_block(text, fmt, OPTIONS)
+    assert block.text == "Tom & Jerry laufen" and [c.raw for c in block.codes] == ["<i>", "</i>"]
+    placed = place(block, "Tom & Jerry run", [(0, 0), (1, 1), (2, 2), (3, 3)])
+    assert placed == "Tom & Jerry <i>run</i>"  # not &amp;
+
+
+@pytest.mark.parametrize("start, end", [("\ufeff", "\n"), ("", "\r\n"), ("\ufeff", "\r\n")])
+def test_front_matter_after_a_byte_order_mark_or_with_crlf_is_not_translated(start, end):
+    text = end.join([f"{start}---", "title: Hallo Welt", "---", "", "Ein Hund läuft.", ""])
+    doc = markdown.read(text)
+    assert doc.texts() == ["Ein Hund läuft."]
+    assert doc.write(["A dog runs."]) == text.replace("Ein Hund läuft.", "A dog runs.")
+
+
+def test_script_and_style_inside_an_html_text_are_kept_whole():
+    block = lift_markup('Ein <b>Hund</b> <script>var s = "Hallo" < 3;</script> läuft.<style>p{}')
+    assert block.text == "Ein Hund  läuft."
+    assert [c.raw for c in block.codes] == [
+        "<b>", "</b>", '<script>var s = "Hallo" < 3;</script>', "<style>p{}",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "head, kind",
+    [(b"PK\x03\x04rest", "a zip archive"), (b"%PDF-1.7\n", "a PDF"),
+     (b"ab\x00cd", r"binary \(it holds NUL bytes\)"), (b"Gr\xfc\xdfe\n", "not UTF-8 text")],
+)  # fmt: skip
+def test_bytes_that_are_not_text_are_refused_not_read_as_lines(tmp_path, head, kind):
+    for name in ("book.epub", "notes.de", "noextension"):
+        path = tmp_path / name
+        path.write_bytes(head)
+        if name == "book.epub" and open_document_format(path) is not None:
+            continue  # a format claims it: its own reader decides
+        with pytest.raises(NMTError, match=f"is {kind}.*: nmt translates files of lines"):
+            open_document(path, TextFormat.auto)
+    fine = tmp_path / "lines.de"
+    fine.write_text("Grüße\n" * 10, encoding="utf-8")
+    assert open_document(fine, TextFormat.auto) is None  # a file of lines, as ever
+
+
+def open_document_format(path):
+    from nmt.documents.formats import format_of
+
+    return format_of(path, TextFormat.auto)

@@ -269,3 +269,18 @@ def test_the_library_translates_texts_in_their_format(translator):
     results = translate_texts(translator, Request(["Ich sehe <b>rote</b> Äpfel."], GREEDY),
                               TextOptions(format=TextFormat.html, alignments=True))  # fmt: skip
     assert results[0].text.count("<b>") == 1 and results[0].alignment
+
+
+def test_an_output_over_its_input_or_a_directory_is_refused_before_any_work(tmp_path, capsys):
+    source = tmp_path / "page.html"
+    source.write_text("<p>Ein Hund läuft.</p>\n", encoding="utf-8")
+    before = source.read_bytes()
+    none = tmp_path / "no-checkpoint"  # never read: the paths are refused first
+    assert cli.translate([f"ckpt={none}", f"input={source}", f"output={source}"]) == 2
+    assert "is the input file" in capsys.readouterr().err
+    (tmp_path / "link.html").symlink_to(source)
+    assert cli.translate([f"ckpt={none}", f"input={source}", f"output={tmp_path}/link.html"]) == 2
+    assert "is the input file" in capsys.readouterr().err
+    assert cli.translate([f"ckpt={none}", f"input={source}", f"output={tmp_path}"]) == 2
+    assert "is a directory: give the file to write" in capsys.readouterr().err
+    assert source.read_bytes() == before

@@ -66,6 +66,7 @@ def translate_main(cfg: TranslateRunConfig) -> None:
             f"under torchrun ({where.world} processes) nmt-translate splits a file among them: "
             "give input=FILE and output=FILE"
         )
+    check_paths(cfg)
     auto = cfg.src_lang == AUTO
     if auto and interactive:
         raise NMTError(f"src_lang=auto identifies the language of each line {LINES}; at the "
@@ -179,6 +180,24 @@ def translate_file(
     if cfg.review and where.main:
         rows = Path(cfg.output).read_text(encoding="utf-8").split("\n")[:-1]  # tabs and all
         _review(cfg, read_lines(Path(cfg.input)), rows)
+
+
+def check_paths(cfg: TranslateRunConfig) -> None:
+    """Refuse, before any checkpoint is read, an output that would destroy the input or that
+    cannot be written: input=X output=X (the same file by any name), an output that is a
+    directory, an input that does not exist."""
+    if cfg.input is not None and not Path(cfg.input).exists():
+        raise NMTError(f"input={cfg.input}: no such file")
+    if cfg.output is None:
+        return
+    output = Path(cfg.output)
+    if output.is_dir():
+        raise NMTError(f"output={cfg.output} is a directory: give the file to write")
+    if cfg.input is not None and output.exists() and output.samefile(cfg.input):
+        raise NMTError(
+            f"output={cfg.output} is the input file: nmt writes a translation beside its source, "
+            "never over it; give another output"
+        )
 
 
 def _no_auto(cfg: TranslateRunConfig) -> None:

@@ -46,6 +46,8 @@ VOID = {
 }  # fmt: skip
 # points that part the words on either side, though no space does
 BREAKS = {"br", "hr"}
+# HTML elements whose content is not text to translate (code, styles): one code, whole
+RAW_TEXT = {"script", "style"}
 
 
 @dataclass(frozen=True)
@@ -73,15 +75,26 @@ class Block:
         return self.source or apply_inserts(self.text, inserts, self.markup)
 
 
-def lift_markup(raw: str, xml: bool = False) -> Block:
+def lift_markup(raw: str, xml: bool = False, entities: bool = True) -> Block:
     """A block of inline HTML (or `xml`) as text and codes: tags, comments and CDATA lifted out,
     entities decoded. Tags pair up by name (a close without its open, or an open never closed,
-    is a point); self-closing tags are points, and in HTML its void elements (<br>, <img>)."""
+    is a point); self-closing tags are points, and in HTML its void elements (<br>, <img>).
+    entities=False: text with tags but no entities (a subtitle's `Tom & Jerry <i>laufen</i>`:
+    its `&` is a character, read and written as it is)."""
+    decode = html.unescape if entities else str
     void = set() if xml else VOID
     text, codes, at, opened = [], [], [], Opened()
     length, end = 0, 0
     for start, stop, tag in find_codes(raw):
-        chunk = html.unescape(raw[end:start])
+        if start < end:
+            continue  # inside a script or style element, passed over whole
+        if tag and not xml and not tag.group(1) and tag.group(2).lower() in RAW_TEXT:
+            # a script or style element is one code, its content never translated (as an HTML
+            # file's are): up to its close tag, or to the end when it has none
+            close = re.compile(rf"</{tag.group(2)}\s*>", re.IGNORECASE).search(raw, stop)
+            stop = close.end() if close else len(raw)
+            tag = None
+        chunk = decode(raw[end:start])
         text.append(chunk)
         length += len(chunk)
         end = stop
@@ -109,11 +122,11 @@ def lift_markup(raw: str, xml: bool = False) -> Block:
             opened.push(len(codes), name)
             codes.append(Code(raw[start:stop], "open"))
         at.append(length)
-    chunk = html.unescape(raw[end:])
+    chunk = decode(raw[end:])
     text.append(chunk)
     for k in opened:  # never closed
         codes[k] = Code(codes[k].raw, "point")
-    return Block("".join(text), codes, at, markup=True, source=raw)
+    return Block("".join(text), codes, at, markup=entities, source=raw)
 
 
 def find_codes(raw: str, spans: Spans = SPANS) -> Iterator[tuple[int, int, re.Match | None]]:

@@ -28,7 +28,10 @@ from nmt.config import TextFormat
 from nmt.documents.inline import Block, Code, Marks, Opened, code_at
 from nmt.documents.segments import Document, Segment
 
-_FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n.*?^(?:---|\.\.\.)[ \t]*$", re.DOTALL | re.MULTILINE)
+# YAML front matter: after a byte-order mark, if any; its lines may end in CRLF
+_FRONT_MATTER = re.compile(
+    r"\A\ufeff?---[ \t]*\r?\n.*?^(?:---|\.\.\.)[ \t]*\r?$", re.DOTALL | re.MULTILINE
+)
 
 # where an inline token may start: a run of backticks (a code span), an image, "<" (an autolink,
 # a tag, a comment), a link's "[" or its "](target)", an emphasis delimiter. What follows each

@@ -4,8 +4,10 @@
     doc.texts()   # ["Ein Hund\\nläuft."]
 
 A subtitle is a block of lines between blank lines: a number, a timing line (`-->`), then its
-text. The text is one segment read as HTML (players honour `<i>`, `<b>`, `<font color=...>`),
-written back broken into as many lines as it had, of even length (`nmt.documents.segments.wrap`).
+text (a cue written without the blank line before it starts at its timing line all the same).
+The text is one segment read with its tags (players honour `<i>`, `<b>`, `<font color=...>`)
+but no entities: `&` is a character, written back as it was (TextFormat.srt), broken into as
+many lines as it had, of even length (`nmt.documents.segments.wrap`).
 Line endings (LF or CRLF), a byte-order mark, the numbers, timings and positions after them, and
 a block that is not a subtitle are written as read. A sentence that runs over two subtitles is
 translated as two pieces, each in its own subtitle's time.
@@ -39,11 +41,24 @@ def read(text: str) -> Document:
         if text[start:end].strip():
             block.append((start, end))
             continue
-        segment = _subtitle(text, block)
-        if segment is not None:
-            segments.append(segment)
+        for cue in _cues(text, block):
+            segment = _subtitle(text, cue)
+            if segment is not None:
+                segments.append(segment)
         block = []
     return Document(text, segments)
+
+
+def _cues(text: str, block: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
+    """A block of lines parted where a cue starts without the blank line before it: at a timing
+    line after the block's first, with its number line when it has one. Without this, the next
+    cue's number and timing would be read as the text of the one before, and translated."""
+    timings = [k for k, (s, e) in enumerate(block) if _TIMING.match(text[s:e])]
+    starts = [0]
+    for k in timings[1:]:
+        numbered = k - 1 > timings[0] and text[slice(*block[k - 1])].strip().isdigit()
+        starts.append(k - 1 if numbered else k)
+    return [block[a:b] for a, b in zip(starts, [*starts[1:], len(block)])]
 
 
 def _subtitle(text: str, block: list[tuple[int, int]]) -> Segment | None:
@@ -52,6 +67,6 @@ def _subtitle(text: str, block: list[tuple[int, int]]) -> Segment | None:
         if _TIMING.match(text[start:end]):
             spans = block[k + 1 :]
             if spans and any(ch.isalpha() for s, e in spans for ch in text[s:e]):
-                return Segment(spans, TextFormat.html, wrap=True)
+                return Segment(spans, TextFormat.srt, wrap=True)
             return None
     return None

@@ -37,6 +37,8 @@ def read_block(text: str, fmt: TextFormat, options: TextOptions) -> Block:
             block = lift_markup(text, xml=True)
         case TextFormat.markdown:
             block = lift_markdown(text)
+        case TextFormat.srt:  # a subtitle's text: its tags (<i>, <font>), no entities
+            block = lift_markup(text, entities=False)
         case _:
             raise NMTError(
                 f"format={fmt.value} is a format of files (input=FILE output=FILE); a text is "
