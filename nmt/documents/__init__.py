@@ -12,8 +12,15 @@
     texts.py      texts in a format (a line, an HTTP text): text, html, xml, markdown
     segments.py   a text file as segments and the bytes around them; the file written back
     markdown.py   Markdown's inline syntax as codes, and a file's segments (markdown-it-py)
-    html.py srt.py word.py   HTML, SubRip and Word files' segments: what is not text is kept
-    files.py      which format a file is, its segments translated, the file written
+    formats.py    the one table of file formats: by extension or format=, each a module
+    package.py    zip-based files read within budgets, written back changing only some members
+    runs.py       a paragraph's formatted runs as codes, and a translation put back on them
+    html.py srt.py        HTML and SubRip files' segments: what is not text is kept
+    word.py pptx.py xlsx.py opendocument.py epub.py   Word, PowerPoint, Excel, OpenDocument and
+                  EPUB packages: their paragraphs, every other member the same bytes
+    xliff.py po.py        XLIFF 1.2/2.x and gettext PO: a target per unit, codes and
+                  placeholders kept
+    files.py      a document file opened by its format, its segments translated, the file written
 
 It sees the translator only through `nmt.translation`: the model translates sentences, as it
 always does. docs/documents.md has the formats, the measurements and the limits.

@@ -82,6 +82,12 @@ FORMATS = (
     ),  # fmt: skip
     FileFormat("SubRip", (".srt",), "nmt.documents.srt", False, TextFormat.srt),
     FileFormat("Word", (".docx",), "nmt.documents.word", True, TextFormat.docx),
+    FileFormat("OpenDocument", (".odt", ".odp"), "nmt.documents.opendocument", True),
+    FileFormat("EPUB", (".epub",), "nmt.documents.epub", True),
+    FileFormat("PowerPoint", (".pptx",), "nmt.documents.pptx", True),
+    FileFormat("Excel", (".xlsx",), "nmt.documents.xlsx", True),
+    FileFormat("XLIFF", (".xlf", ".xliff"), "nmt.documents.xliff", True),
+    FileFormat("gettext PO", (".po", ".pot"), "nmt.documents.po", True),
 )
 BY_EXTENSION = {ext: f for f in FORMATS for ext in f.extensions}
 # what a file's first bytes say it is, for the refusal of a file of lines that is none
