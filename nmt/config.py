@@ -76,6 +76,7 @@ class DataFormat(str, Enum):
     text = "text"  # {split}.{lang} pairs, one sentence per line
     tsv = "tsv"  # {split}.tsv: source<TAB>target
     jsonl = "jsonl"  # {split}.jsonl: {"<src_lang>": ..., "<tgt_lang>": ...} per line
+    tmx = "tmx"  # {split}.tmx: a translation memory's units in src_lang and tgt_lang (nmt.data.tmx)
 
 
 class PieceModel(str, Enum):

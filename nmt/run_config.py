@@ -232,6 +232,9 @@ class TranslateRunConfig(TextOptions, CheckpointsConfig):
     # with confidence: a flagged line is translated again with settings against degenerate
     # output (beam >= 8, no_repeat_ngram=3, repetition_penalty=1.2); the likelier good is kept
     retry_flagged: bool = False
+    # a translation memory (TMX, or TSV of source<TAB>target): a line or segment it holds, after
+    # whitespace is normalised, is written as the memory has it (nmt/translation/memory.py)
+    tm: str | None = None
 
     def __post_init__(self) -> None:
         TextOptions.__post_init__(self)
@@ -268,6 +271,18 @@ class TranslateRunConfig(TextOptions, CheckpointsConfig):
             check_rerank_nbest(self.decode)
         if self.constraints_tsv:
             self._check_constraints_tsv()
+        if self.tm is not None:
+            self._check_tm(given)
+
+    def _check_tm(self, given: list[str]) -> None:
+        """tm='s combinations, refused before any checkpoint is read: a line from the memory
+        has one translation, no score, no prefix or phrases of its own, and no alignment."""
+        if given or self.alignments:
+            shown = ", ".join(given + ["alignments=true"] * self.alignments)
+            raise NMTError(
+                f"tm={self.tm} with {shown}: a line from the memory has its translation alone "
+                "(no n-best, score, prefix, phrases or alignment); drop one or the other"
+            )
 
     def _check_constraints_tsv(self) -> None:
         """constraints_tsv's combinations, refused before any checkpoint is read."""

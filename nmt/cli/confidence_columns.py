@@ -69,18 +69,31 @@ REVIEW_BELOW = 0.5  # review=FILE lists the lines less likely good than this, an
 
 def write_review(path: Path, sources: list[str], rows: list[str], alignments: bool) -> int:
     """review=FILE: `line<TAB>P(good)<TAB>flags<TAB>source<TAB>translation` of each line to
-    check (P(good) under REVIEW_BELOW, or flagged), least confident first; how many."""
+    check (P(good) under REVIEW_BELOW, or flagged), least confident first; how many. A line from
+    the translation memory (flag "memory") is not one to check."""
     column = 2 if alignments else 1  # P(good)'s column in an output row
     found = []
     for n, (source, row) in enumerate(zip(sources, rows), 1):
         cells = row.split("\t")
         p, flags = float(cells[column]), cells[column + 1]
-        if p < REVIEW_BELOW or flags != "-":
+        if flags != MEMORY and (p < REVIEW_BELOW or flags != "-"):
             found.append((p, n, flags, source, cells[0]))
     found.sort()
     text = "".join(f"{n}\t{p:.3f}\t{f}\t{s}\t{t}\n" for p, n, f, s, t in found)
     Path(path).write_text(text, encoding="utf-8")
     return len(found)
+
+
+MEMORY = "memory"  # the flag of a line written from the translation memory (tm=FILE)
+
+
+def from_memory(text: str) -> str:
+    """The confidence columns of a translation taken from the memory (tm=FILE): P(good) 1 and
+    each word 1 (it is the memory's approved text, not a guess of the model's), and the flag
+    "memory", so that a reader of the columns tells it from a translation the model was sure
+    of. `write_review` does not list it."""
+    words = len(text.split())
+    return confidence_columns(Confidence(1.0, [1.0] * words, [], [MEMORY], 100.0, []))
 
 
 def confidence_columns(c: Confidence) -> str:

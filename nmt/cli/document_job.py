@@ -14,18 +14,20 @@ from nmt.distributed import Dist
 from nmt.documents.files import DocumentFile, translate_segments
 from nmt.errors import NMTError
 from nmt.run_config import TranslateRunConfig
+from nmt.translation.memory import TranslationMemory
 from nmt.translation.request import Request
 from nmt.translation.translator import Translator
 
 
 def translate_document(
     translator: Translator, cfg: TranslateRunConfig, document: DocumentFile, settings: dict,
-    where: Dist,
+    where: Dist, memory: TranslationMemory | None = None,
 ) -> None:  # fmt: skip
     """input=page.html output=page.en.html (and .md, .srt, .docx; `nmt.documents.files`): the
     document's segments, one JSON string a line in OUTPUT.segments, are the input of a file job
     like any other (resumable, split among torchrun's processes) whose output, OUTPUT.translated,
-    rank 0 writes into the document, then removes both."""
+    rank 0 writes into the document, then removes both. A segment `memory` (tm=FILE) holds is
+    written from it (`nmt.documents.files.translate_segments`)."""
     if cfg.nbest_tsv or cfg.prefix_tsv or cfg.constraints_tsv or cfg.rerank or cfg.alignments:
         raise NMTError(
             f"input={cfg.input} is a document ({document.format.name}): nbest_tsv, prefix_tsv, "
@@ -48,7 +50,7 @@ def translate_document(
         found = [tuple(json.loads(line)) for line in lines]
         found = [(text, TextFormat(fmt)) for text, fmt in found]
         request = Request([], decode, tgt_lang=cfg.tgt_lang, first_line=first, noun="segment")
-        done = translate_segments(translator, found, request, cfg)
+        done = translate_segments(translator, found, request, cfg, memory)
         return [json.dumps(t, ensure_ascii=False) for t in done]
 
     job.run(translate)

@@ -20,13 +20,19 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import TextIO
 
-from nmt.cli.confidence_columns import confidence_columns, line_confidences, retry_flagged
+from nmt.cli.confidence_columns import (
+    confidence_columns,
+    from_memory,
+    line_confidences,
+    retry_flagged,
+)
 from nmt.cli.source_language import AUTO, by_language
 from nmt.config import DecodeConfig, Strategy, TextOptions
 from nmt.documents.alignment import moses
 from nmt.documents.texts import translate_texts
 from nmt.errors import NMTError
 from nmt.translation.confidence import Calibration
+from nmt.translation.memory import TranslationMemory
 from nmt.translation.request import Request
 from nmt.translation.rerank import Reranker
 from nmt.translation.translator import Translator
@@ -86,6 +92,8 @@ class LineFormat:
     # the sources' language, a model's code for it; "auto": each line's, identified
     # (`nmt.cli.source_language`); None: the translator's
     src_lang: str | None = None
+    # tm=FILE: a line the memory holds is written as the memory has it (`translate_lines`)
+    memory: TranslationMemory | None = None
 
     @property
     def plain(self) -> bool:
@@ -106,7 +114,10 @@ def translate_lines(
     finds no translation for (constraints it cannot meet with the step rules in force) is a
     blank line, with a warning that names it: the other lines are translated as they would be
     without it, and a file job finishes. With fmt.src_lang="auto", each line's language is
-    identified first (`nmt.cli.source_language.by_language`)."""
+    identified first (`nmt.cli.source_language.by_language`). With `fmt.memory`, a line the
+    memory holds is written from it (`remembered`)."""
+    if fmt.memory is not None:
+        return remembered(translator, lines, first, decode, fmt, reranker)
     if fmt.src_lang == AUTO:
 
         def translate(part: list[str], at: int, code: str | None) -> list[str]:
@@ -137,6 +148,28 @@ def translate_lines(
         for n, nbest in enumerate(ranked, first)
         for rank, (text, score) in enumerate(nbest, 1)
     ]
+
+
+def remembered(
+    translator: Translator,
+    lines: list[str],
+    first: int,
+    decode: DecodeConfig,
+    fmt: LineFormat,
+    reranker: Reranker | None = None,
+) -> list[str]:
+    """`translate_lines` with tm=FILE: each line the memory holds is its translation in the
+    memory (a line break in it a space: an output line holds none), with confidence the
+    columns of `from_memory`; the others are translated in one call with the memory's lines
+    blanked. A blank line costs no search, and keeps every other line's number in messages and
+    its place in the batch: they come out the same bytes as without tm=."""
+    found = fmt.memory.found(lines)
+    rest = ["" if i in found else line for i, line in enumerate(lines)]
+    out = translate_lines(translator, rest, first, decode, replace(fmt, memory=None), reranker)
+    for i, target in found.items():
+        row = " ".join(target.splitlines())
+        out[i] = row if fmt.calibration is None else f"{row}\t{from_memory(row)}"
+    return out
 
 
 def text_lines(

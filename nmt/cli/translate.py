@@ -8,7 +8,9 @@ is checked before any is translated, so nothing is written; a pipe cannot be rea
 lines are checked a chunk at a time, just before they are translated. With `rerank=[ckpt,...]`
 other models rescore each line's n-best list and the best weighted sum (`rerank_weights`) is the
 translation (`nmt.translation.rerank`; batch mode only). A document file (`input=page.html`) is
-a file job of its segments (`nmt.cli.document_job`).
+a file job of its segments (`nmt.cli.document_job`). With `tm=FILE` (a TMX or TSV translation
+memory, `nmt.translation.memory`) a line or segment the memory holds is written from it; the
+memory is read after the model (its languages are the model's) and before any input.
 
 The stream of lines is `nmt.cli.lines`, the prompt `nmt.cli.prompt`; this module chooses
 between them and runs file jobs (resumable, split among torchrun's processes).
@@ -40,6 +42,7 @@ from nmt.errors import NMTError
 from nmt.run_config import TranslateRunConfig, flatten
 from nmt.translation import language_id
 from nmt.translation.confidence import for_checkpoint, search_kind
+from nmt.translation.memory import TranslationMemory
 from nmt.translation.request import Request
 from nmt.translation.rerank import Reranker
 from nmt.translation.translator import Translator
@@ -55,6 +58,11 @@ def translate_main(cfg: TranslateRunConfig) -> None:
         raise NMTError(
             "rerank=[...] translates a file or a pipe (input=FILE, or nmt-translate ... < FILE), "
             "not at the interactive prompt"
+        )
+    if interactive and cfg.tm is not None:
+        raise NMTError(
+            "tm=FILE translates a file or a pipe (input=FILE, or nmt-translate ... < FILE), not "
+            "at the interactive prompt"
         )
     if interactive and cfg.constraints_tsv:
         raise NMTError(
@@ -85,8 +93,9 @@ def translate_main(cfg: TranslateRunConfig) -> None:
         return
     reranker = Reranker.from_command(cfg, translator) if cfg.rerank else None
     calibration = for_checkpoint(cfg.ckpts[0], search_kind(cfg.decode)) if cfg.confidence else None
+    memory = read_memory(translator, cfg) if cfg.tm is not None else None
     fmt = LineFormat(cfg.nbest_tsv, cfg.prefix_tsv, cfg.constraints_tsv, cfg.tgt_lang, cfg,
-                     calibration, cfg.retry_flagged, AUTO if auto else None)  # fmt: skip
+                     calibration, cfg.retry_flagged, AUTO if auto else None, memory)  # fmt: skip
     if job:
         translate_file(translator, cfg, fmt, reranker, where)
         return
@@ -97,7 +106,7 @@ def translate_main(cfg: TranslateRunConfig) -> None:
             raise NMTError(f"input={cfg.input} is a {document.format.name} file: give "
                            f"output=FILE{Path(cfg.input).suffix}")  # fmt: skip
         request = Request([], translator.decode, tgt_lang=cfg.tgt_lang, noun="segment")
-        done = translate_segments(translator, document.segments(), request, cfg)
+        done = translate_segments(translator, document.segments(), request, cfg, memory)
         sys.stdout.write(document.text.write(done))
         return
     if cfg.input is not None and (cfg.prefix_tsv or cfg.constraints_tsv):
@@ -150,11 +159,13 @@ def translate_file(
         "text": {k: getattr(cfg, k) for k in ("split_sentences", "alignments", "protect")}
         | {"format": cfg.format.value, "protect_patterns": list(cfg.protect_patterns)},
         **({"confidence": {"retry_flagged": cfg.retry_flagged}} if cfg.confidence else {}),
+        # the memory's contents, not its name: an edited memory is another job
+        **({"tm": fmt.memory.digest} if fmt.memory is not None else {}),
     }
     document = open_document(Path(cfg.input), cfg.format)
     if document is not None:
         _no_auto(cfg)
-        translate_document(translator, cfg, document, settings, where)
+        translate_document(translator, cfg, document, settings, where, fmt.memory)
         return
     job = FileJob(
         Path(cfg.input), Path(cfg.output), settings, cfg.chunk_lines, where,
@@ -182,12 +193,28 @@ def translate_file(
         _review(cfg, read_lines(Path(cfg.input)), rows)
 
 
+def read_memory(translator: Translator, cfg: TranslateRunConfig) -> TranslationMemory:
+    """tm=FILE in the model's languages: src_lang (src_lang=auto: the checkpoint's) and
+    tgt_lang as given, else the checkpoint's source language and its one target language."""
+    given = cfg.src_lang if cfg.src_lang != AUTO else None
+    src_lang = given or translator.facts.language
+    targets = translator.tags.languages
+    tgt_lang = cfg.tgt_lang or (targets[0] if len(targets) == 1 else None)
+    if src_lang is None or tgt_lang is None:
+        key = "src_lang" if src_lang is None else "tgt_lang"
+        raise NMTError(f"tm={cfg.tm}: the model does not name its {key}, so the memory's "
+                       f"languages cannot be chosen: give {key}=CODE")  # fmt: skip
+    return TranslationMemory.read(cfg.tm, src_lang, tgt_lang)
+
+
 def check_paths(cfg: TranslateRunConfig) -> None:
     """Refuse, before any checkpoint is read, an output that would destroy the input or that
     cannot be written: input=X output=X (the same file by any name), an output that is a
-    directory, an input that does not exist."""
+    directory, an input or a memory (tm=) that does not exist."""
     if cfg.input is not None and not Path(cfg.input).exists():
         raise NMTError(f"input={cfg.input}: no such file")
+    if cfg.tm is not None and not Path(cfg.tm).is_file():
+        raise NMTError(f"tm={cfg.tm}: no such file")
     if cfg.output is None:
         return
     output = Path(cfg.output)

@@ -42,6 +42,7 @@ import torch
 from nmt import tokenizer
 from nmt.config import DataConfig, Split
 from nmt.data import splits as data_module
+from nmt.data import tmx
 from nmt.data.batches import Batch, Candidates, EpochSampling, pad_flat, prepend
 from nmt.data.cache import building, code_digest, digest, file_digest
 from nmt.data.splits import load_hub_split, local_files, pair_from_record, raw_pairs
@@ -485,8 +486,8 @@ def _nmt_error(err: BaseException) -> NMTError | None:
 # another entry, never a stale one. Keep the list whole when that code moves or grows:
 # - `_build`: which rows are read, the columns, the id dtype; `_raw_rows`,
 # `nmt.data.splits.raw_pairs`   and `nmt.data.splits._lines`: the text of a local row (BOM, UTF-8,
-# TSV fields, JSONL records);   `nmt.data.splits.pair_from_record`: the text of a JSONL or hub
-# record;
+# TSV fields, JSONL records); `nmt.data.tmx.tmx_pairs`, `segment_text`, `_side`: a TMX's units;
+# `nmt.data.splits.pair_from_record`: the text of a JSONL or hub record;
 # - `_vocabs`: the tokenizer a worker encodes with; `_encode`, `nmt.tokenizer.clean` and its
 #   pattern: the cleaning, the EOS, the lengths; `_pack`: how n-best lists are stored;
 # - `nmt.tokenizer.load_vocabs`, `Vocab.__init__`, `Vocab.encode`, `Vocab.nbest`, `_read_kept`:
@@ -496,6 +497,7 @@ def _nmt_error(err: BaseException) -> NMTError | None:
 ENCODING_CODE: tuple[object, ...] = (
     _build, _raw_rows, _vocabs, _encode, _pack,
     data_module.raw_pairs, data_module._lines, data_module.pair_from_record,
+    tmx.tmx_pairs, tmx.segment_text, tmx._side,
     tokenizer.clean, tokenizer._SPACE,
     tokenizer.load_vocabs, Vocab.__init__, Vocab.encode, Vocab.nbest, tokenizer._read_kept,
 )  # fmt: skip

@@ -11,7 +11,10 @@ Each format is read and written by its module, found in the one table of formats
 paragraph, a heading, a list item, a cell, a subtitle: split into sentences, its inline markup
 and protected spans kept (`nmt.documents.blocks`). What is not a segment is the same bytes after.
 A segment the search finds no translation for keeps its source text, with a warning naming it: a
-document keeps its shape.
+document keeps its shape. With a translation memory (tm=FILE), a segment without inline markup
+whose text the memory holds is written as the memory has it (escaped as its format needs); a
+segment with inline tags goes to the model, since the memory's text has lost its tags
+(`nmt.data.tmx`).
 """
 
 from __future__ import annotations
@@ -22,9 +25,11 @@ from pathlib import Path
 
 from nmt.config import TextFormat, TextOptions
 from nmt.documents.formats import FileFormat, format_of, sniff
+from nmt.documents.inline import apply_inserts
 from nmt.documents.job import translate_blocks
 from nmt.documents.texts import read_block
 from nmt.errors import NMTError
+from nmt.translation.memory import TranslationMemory
 from nmt.translation.request import Request
 from nmt.translation.translator import Translator
 
@@ -68,15 +73,33 @@ def translate_segments(
     segments: list[tuple[str, TextFormat]],
     request: Request,
     options: TextOptions,
+    memory: TranslationMemory | None = None,
 ) -> list[str]:
     """Each segment (text, format) translated with `request`'s settings, target language and
     numbering (its texts are not read: the segments are); a segment the search found no
-    translation for keeps its source, with a warning naming it."""
-    blocks = [read_block(text, fmt, options) for text, fmt in segments]
+    translation for keeps its source, with a warning naming it. A segment `memory` holds is
+    blanked for the search (no cost, the others' numbers kept) and written from the memory."""
+    found = remembered(segments, memory) if memory is not None else {}
+    blocks = [read_block("" if i in found else s[0], s[1], options) for i, s in enumerate(segments)]
     results = translate_blocks(translator, blocks, request, options)
     out = []
     for n, (result, block) in enumerate(zip(results, blocks), request.first_line):
         if result.failure is not None:
             log.warning("%s %d keeps its source text: %s", request.noun, n, result.failure)
         out.append(result.text if result.failure is None else block.render())
+    for i, written in found.items():
+        out[i] = written
     return out
+
+
+def remembered(segments: list[tuple[str, TextFormat]], memory: TranslationMemory) -> dict[int, str]:
+    """Index -> the memory's translation as the file writes it, for each segment without inline
+    markup (protected spans aside: a number is text to a memory) whose text the memory holds."""
+    bare = TextOptions(protect=[])
+    found = {}
+    for i, (text, fmt) in enumerate(segments):
+        block = read_block(text, fmt, bare)
+        target = None if block.codes else memory.lookup(block.text)
+        if target is not None:
+            found[i] = apply_inserts(target, [], block.markup)
+    return found
