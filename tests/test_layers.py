@@ -223,6 +223,9 @@ SERVING_FROM_DOCUMENTS = {
     ("nmt.documents.texts", "TEXT_FORMATS"),
     ("nmt.documents.blocks", "BlockResult"),
     ("nmt.documents.alignment", "moses"),
+    # the table of file formats: a file read into its segments and written back (no step of
+    # the loop: the segments go through the text job like any text)
+    ("nmt.documents.formats", "BY_EXTENSION"),
 }
 SERVING_MOST_LINES = 60  # the longest function of nmt/serving/
 

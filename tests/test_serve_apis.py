@@ -324,11 +324,15 @@ def test_libretranslate_translates_a_file_and_serves_it(server):
     assert got.headers["content-disposition"] == 'attachment; filename="page.en.html"'
     heading, paragraph = native(server, TEXT, "en"), native(server, "Er zählt zwölf Katzen.", "en")
     assert got.text == f"<html><body><h1>{heading}</h1>\n<p>{paragraph}</p></body></html>\n"
-    refused = requests.post(
-        f"{server.url}/libretranslate/translate_file", data={"source": "de", "target": "en"},
-        files={"file": ("book.epub", b"PK\x03\x04")}, timeout=60,
-    )  # fmt: skip
-    assert refused.status_code == 400 and ".srt" in refused.json()["error"]
+    for name, data, said in [
+        ("book.pdf", b"%PDF-1.7", ".docx"),  # no format: the formats named
+        ("book.epub", b"PK\x03\x04", "not a zip package"),  # its format's own refusal
+    ]:
+        refused = requests.post(
+            f"{server.url}/libretranslate/translate_file", data={"source": "de", "target": "en"},
+            files={"file": (name, data)}, timeout=60,
+        )  # fmt: skip
+        assert refused.status_code == 400 and said in refused.json()["error"]
 
 
 def test_the_deepl_client_translates_a_document(server, tmp_path):
@@ -336,7 +340,7 @@ def test_the_deepl_client_translates_a_document(server, tmp_path):
     source.write_text(f"{TEXT}\n\nEr zählt zwölf Katzen.\n", encoding="utf-8")
     client = deepl.Translator("any-key", server_url=server.url)
     status = client.translate_document_from_filepath(source, out, target_lang="EN-US")
-    assert status.done and status.billed_characters == len(source.read_text(encoding="utf-8"))
+    assert status.done and status.billed_characters == len(TEXT) + len("Er zählt zwölf Katzen.")
     expected = [native(server, TEXT, "en"), "", native(server, "Er zählt zwölf Katzen.", "en")]
     assert out.read_text(encoding="utf-8") == "\n".join(expected) + "\n"
 
@@ -352,3 +356,18 @@ def test_settings_of_the_apis_are_checked_before_any_work(de_en, tmp_path, capsy
     assert f"{bad}:1: 'characters=lots'" in capsys.readouterr().err
     assert cli.serve(["models=[]"]) == 2
     assert "give the model to serve" in capsys.readouterr().err
+
+
+def test_office_files_and_localisation_files_go_through_the_deepl_document_api(server, tmp_path):
+    docx = pytest.importorskip("docx")
+    source, out = tmp_path / "report.docx", tmp_path / "report.en.docx"
+    document = docx.Document()
+    document.add_paragraph(TEXT)
+    document.add_paragraph("Er zählt zwölf Katzen.")
+    document.save(source)
+    client = deepl.Translator("any-key", server_url=server.url)
+    status = client.translate_document_from_filepath(source, out, source_lang="DE",
+                                                     target_lang="EN-US")  # fmt: skip
+    assert status.done
+    got = [p.text for p in docx.Document(out).paragraphs]
+    assert got == [native(server, TEXT, "en"), native(server, "Er zählt zwölf Katzen.", "en")]

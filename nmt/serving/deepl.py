@@ -30,6 +30,7 @@ import datetime
 import re
 import threading
 import uuid
+from functools import partial
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -388,11 +389,12 @@ async def upload(
     if not isinstance(target, str) or not target:
         return message(400, "Value for 'target_lang' not supported: it is required")
     data = await document.read()
-    keys.admit(account, len(data))
     source = params.get("source_lang") or None
     try:
-        done = await translate_file(models, data, document.filename or "document.txt",
-                                    source, target, client_of(request))  # fmt: skip
+        done = await translate_file(
+            models, data, document.filename or "document.txt", source, target,
+            client_of(request), partial(keys.admit, account),
+        )  # fmt: skip
     except Unserved as err:
         return message(400, f"Value for 'target_lang' or 'source_lang' not supported: {err}")
     except QueueFull as full:

@@ -5,28 +5,27 @@ its owner fetches it (LibreTranslate's /translate_file, DeepL's /v2/document).
     held = files.add(account, done)            # an id (and a key) to fetch it by
     files.take(account, held.file_id)          # the file, once
 
-A file is read as `nmt.documents.files` reads nmt-translate's documents (HTML, Markdown,
-SubRip) or as lines (.txt), its segments translated in requests of at most `max_texts` through
-the same text loop and batcher as any text, and written back with everything that is not a
-segment the same bytes. A file is one request: its characters count against `max_chars` and a
-key's quota. Word files are not taken over HTTP yet: python-docx reads a package whole, and a
-small zip can expand to gigabytes (a budgeted reader is the next issue's). Translated files
-are kept in memory, at most MAX_HELD per server and for KEEP_S seconds.
+A file is read by its format in the one table of formats (`nmt.documents.formats`: HTML,
+Markdown, SubRip, Word, PowerPoint, Excel, OpenDocument, EPUB, XLIFF, PO; a zip-based one
+within `nmt.documents.package`'s budgets) or as lines (.txt), its segments translated in
+requests of at most `max_texts` through the same text loop and batcher as any text, and written
+back with everything that is not a segment the same bytes. A file is one request: the
+characters of its segments count against `max_chars` and a key's quota. Translated files are
+kept in memory, at most MAX_HELD per server and for KEEP_S seconds.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import secrets
-import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from starlette.concurrency import run_in_threadpool
 
 from nmt.config import TextFormat, TextOptions
-from nmt.documents.files import open_document
 from nmt.documents.formats import BY_EXTENSION
 from nmt.errors import NMTError
 from nmt.serving.http import BadRequest
@@ -35,11 +34,7 @@ from nmt.serving.server import Asked
 from nmt.translation.request import Request
 
 LINES = ".txt"  # a file of lines: each line a text
-# the extensions a file may have over HTTP (docx: see the module's notes)
-SERVED = tuple(sorted(e for e, f in BY_EXTENSION.items() if not f.binary)) + (LINES,)
-MEDIA = {".html": "text/html", ".htm": "text/html", ".xhtml": "application/xhtml+xml",
-         ".md": "text/markdown", ".markdown": "text/markdown", ".srt": "application/x-subrip",
-         LINES: "text/plain"}  # fmt: skip
+SERVED = (*sorted(BY_EXTENSION), LINES)  # the extensions a file may have over HTTP
 MAX_HELD = 256  # translated files held for their owners, all accounts together
 KEEP_S = 3600.0  # how long a translated file waits to be fetched
 
@@ -56,48 +51,56 @@ class Translated:
 
 
 async def translate_file(
-    models: Models, data: bytes, name: str, src: str | None, tgt: str, client: object = None
-) -> Translated:
-    """The file `name` holding `data`, translated from `src` (None: detected) into `tgt`."""
+    models: Models, data: bytes, name: str, src: str | None, tgt: str, client: object = None,
+    admit: Callable[[int], None] | None = None,
+) -> Translated:  # fmt: skip
+    """The file `name` holding `data`, translated from `src` (None: detected) into `tgt`;
+    `admit` is told the characters of its text before any is translated (a key's quota)."""
     suffix = Path(name).suffix.lower()
     if suffix not in SERVED:
-        raise BadRequest(400, f"{name[:80]}: nmt translates {', '.join(SERVED)} files over HTTP")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise BadRequest(400, f"{name[:80]}: not UTF-8 text") from None
-    if len(text) > models.cfg.max_chars:
-        raise BadRequest(413, f"{len(text)} characters: this server takes at most "
-                         f"{models.cfg.max_chars} in a request, a file's included")  # fmt: skip
-    if src is None:
-        found = models.detect([text])
-        src = found.language if found is not None else None
+        raise BadRequest(400, f"{name[:80]}: nmt translates {', '.join(SERVED)} files")
     if suffix == LINES:
-        lines = text.split("\n")
-        done = await _segments(models, [(t, TextFormat.text) for t in lines], src, tgt, client)
+        try:
+            lines = data.decode("utf-8").split("\n")
+        except UnicodeDecodeError:
+            raise BadRequest(400, f"{name[:80]}: not UTF-8 text") from None
+        opened, segments = None, [(line, TextFormat.text) for line in lines]
+    else:
+        try:  # reading a package (a zip) takes time: off the event loop
+            opened = await run_in_threadpool(BY_EXTENSION[suffix].open, data, name[:80])
+        except NMTError as err:
+            raise BadRequest(400, str(err)) from None
+        segments = opened.segments()
+    chars = sum(len(text) for text, _ in segments)
+    if chars > models.cfg.max_chars:
+        raise BadRequest(413, f"{chars} characters of text: this server takes at most "
+                         f"{models.cfg.max_chars} in a request, a file's included")  # fmt: skip
+    if admit is not None:
+        admit(chars)
+    if src is None:
+        found = models.detect([text for text, _ in segments])
+        src = found.language if found is not None else None
+    done = await _segments(models, segments, src, tgt, client)
+    if opened is None:
         out = "\n".join(done).encode("utf-8")
     else:
-        out = await _document(models, data, suffix, src, tgt, client)
+        out = await run_in_threadpool(opened.write, done)
     stem = Path(name).stem or "document"
-    return Translated(out, f"{stem}.{tgt}{suffix}", MEDIA[suffix], len(text), src)
+    media = MEDIA.get(suffix, "application/octet-stream")
+    return Translated(out, f"{stem}.{tgt}{suffix}", media, chars, src)
 
 
-async def _document(
-    models: Models, data: bytes, suffix: str, src: str | None, tgt: str, client: object
-) -> bytes:
-    """A document file's segments translated, and the file written again around them."""
-    with tempfile.TemporaryDirectory(prefix="nmt-file-") as folder:
-        path = Path(folder) / f"in{suffix}"
-        path.write_bytes(data)
-        try:
-            document = await run_in_threadpool(open_document, path, TextFormat.auto)
-        except NMTError as err:
-            raise BadRequest(400, str(err).replace(str(path), "the file")) from None
-        assert document is not None  # SERVED holds document extensions and .txt alone
-        done = await _segments(models, document.segments(), src, tgt, client)
-        out = Path(folder) / f"out{suffix}"
-        await run_in_threadpool(document.write, done, out)
-        return out.read_bytes()
+MEDIA = {
+    ".html": "text/html", ".htm": "text/html", ".xhtml": "application/xhtml+xml",
+    ".md": "text/markdown", ".markdown": "text/markdown", ".srt": "application/x-subrip",
+    LINES: "text/plain", ".xlf": "application/xliff+xml", ".xliff": "application/xliff+xml",
+    ".po": "text/x-gettext-translation", ".pot": "text/x-gettext-translation",
+    ".epub": "application/epub+zip", ".odt": "application/vnd.oasis.opendocument.text",
+    ".odp": "application/vnd.oasis.opendocument.presentation",
+    ".docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+    ".pptx": "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+    ".xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+}  # fmt: skip
 
 
 async def _segments(

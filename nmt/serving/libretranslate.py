@@ -151,14 +151,18 @@ async def translate_file(files: Files, models: Models, keys: Keys, request: HTTP
         if not form.get(key):
             return error(400, f"Invalid request: missing {key} parameter")
     data = await upload.read()
-    refused = _admit(keys, form.get("api_key"), len(data))
+    key = form.get("api_key")
+    refused = _admit(keys, key, 0)  # the key checked now, its characters once they are known
     if refused is not None:
         return refused
     source, target = str(form["source"]), str(form["target"])
     try:
-        done = await translate_file_as(models, data, upload.filename or "file.txt",
-                                       None if source == AUTO else source, target,
-                                       client_of(request))  # fmt: skip
+        done = await translate_file_as(
+            models, data, upload.filename or "file.txt", None if source == AUTO else source,
+            target, client_of(request), partial(keys.admit, key if isinstance(key, str) else None),
+        )  # fmt: skip
+    except KeyRefused as refused:
+        return error(KEY_STATUS[refused.reason], str(refused))
     except Unserved as err:
         named = err.language is not None and err.language in (source, target)
         return error(400, f"{err.language} is not supported" if named else str(err))
