@@ -502,6 +502,9 @@ class ServeRunConfig(TextOptions, CheckpointsConfig):
     # browser origins whose pages may call the API ("https://app.example"); a cross-origin
     # request from any other does no work (403)
     cors_origins: list[str] = field(default_factory=list)
+    # a translation memory (TMX, or a TSV of pairs): a plain text it holds is answered as the
+    # memory has it, for the pair asked, never searched (nmt/serving/models.py)
+    tm: str | None = None
     host: str = "127.0.0.1"  # 0.0.0.0 to listen on every interface
     port: int = 8000  # 0 = any free port (the URL printed says which)
     decode: DecodeConfig = field(default_factory=DecodeConfig)  # defaults; a request may override
@@ -547,6 +550,8 @@ class ServeRunConfig(TextOptions, CheckpointsConfig):
             )
         if self.max_loaded < 1:
             raise NMTError(f"max_loaded={self.max_loaded} must be >= 1")
+        if self.tm is not None and not Path(self.tm).is_file():
+            raise NMTError(f"tm={self.tm}: no such file")
         if self.key_period_days <= 0:
             raise NMTError(f"key_period_days={self.key_period_days} must be > 0")
         for origin in self.cors_origins:

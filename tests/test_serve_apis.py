@@ -371,3 +371,31 @@ def test_office_files_and_localisation_files_go_through_the_deepl_document_api(s
     assert status.done
     got = [p.text for p in docx.Document(out).paragraphs]
     assert got == [native(server, TEXT, "en"), native(server, "Er zählt zwölf Katzen.", "en")]
+
+
+def test_a_translation_memory_answers_the_texts_it_holds_in_every_shape(server, de_en, tmp_path):
+    memory = tmp_path / "memory.tmx"
+    memory.write_text(
+        '<?xml version="1.0" encoding="UTF-8"?>\n<tmx version="1.4"><header srclang="de-DE"/>'
+        '<body><tu><tuv xml:lang="de-DE"><seg>Ich  sehe Äpfel.</seg></tuv>'
+        '<tuv xml:lang="en-GB"><seg>I see apples (approved).</seg></tuv></tu></body></tmx>\n',
+        encoding="utf-8",
+    )
+    other = "Er zählt zwölf Katzen."
+    alone = native(server, other, "en")  # the same model, without a memory
+    with serve([de_en], tm=str(memory)) as served:
+        url = f"http://127.0.0.1:{served.port}"
+        status, answer = call(f"{url}/translate", {"texts": [TEXT, other]})
+        first, second = answer["translations"]
+        assert first == {"source": TEXT, "text": "I see apples (approved).", "score": None,
+                         "nbest": [{"text": "I see apples (approved).", "score": None}],
+                         "from_memory": True}  # fmt: skip
+        assert second["text"] == alone and "from_memory" not in second
+        lt = {"q": [other, TEXT], "source": "de", "target": "en"}
+        assert call(f"{url}/libretranslate/translate", lt)[1]["translatedText"] == [
+            alone, "I see apples (approved).",
+        ]  # fmt: skip
+        client = deepl.Translator("x", server_url=url)
+        assert client.translate_text(TEXT, target_lang="EN-US").text == "I see apples (approved)."
+        tagged = call(f"{url}/translate", {"text": f"<b>{TEXT}</b>", "format": "html"})[1]
+        assert "from_memory" not in tagged["translations"][0]  # markup: searched

@@ -198,6 +198,9 @@ class DeepLAnswer:
     def document(self, source: str, result: BlockResult) -> str:
         return result.text
 
+    def memory(self, source: str, text: str) -> str:
+        return text
+
 
 # --- languages and usage -----------------------------------------------------------------------
 

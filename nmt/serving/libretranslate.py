@@ -211,6 +211,9 @@ class LibreAnswer:
     def document(self, source: str, result: BlockResult) -> tuple[str, list[str]]:
         return result.text, []  # a text of several sentences has one translation
 
+    def memory(self, source: str, text: str) -> tuple[str, list[str]]:
+        return text, []  # the memory has one translation
+
 
 async def detect(models: Models, keys: Keys, request: HTTPRequest) -> Response:
     """POST /detect: q's language, with the confidence (0-100) LibreTranslate reports."""

@@ -32,9 +32,11 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 
 from nmt.checkpoint import CKPT_FILE, CONFIG_FILE
+from nmt.config import TextFormat
 from nmt.errors import NMTError
 from nmt.language_codes import name, resolve, tag
 from nmt.run_config import ServeRunConfig, load_run_config
+from nmt.serving.memory import Memories
 from nmt.serving.server import Answer, Asked, Server
 from nmt.translation.language_id import Guess, detect
 from nmt.translation.request import Segment
@@ -113,6 +115,9 @@ class TextAnswer:
     def document(self, source: str, result: Any) -> str:
         return result.text
 
+    def memory(self, source: str, text: str) -> str:
+        return text
+
 
 class Models:
     """The server's models (see the module's notes): `load` makes a model's `Server` (in a
@@ -124,6 +129,7 @@ class Models:
         if not models:
             raise NMTError("no model to serve: give ckpt=DIR or models=[DIR,...]")
         self.models = models
+        self.memories = Memories(cfg.tm) if cfg.tm is not None else None
         self._load = load
         self.cfg = cfg
         self.max_loaded = cfg.max_loaded
@@ -257,6 +263,39 @@ class Models:
         hop of a chain translates the first's texts (its answers' "source" is the pivot text)."""
         request = asked.request
         route = self.route(request.src_lang, request.tgt_lang)
+        found = await self._remembered(asked, route)
+        if not found:
+            return await self._along(asked, answer, client, route), route
+        out = [answer.memory(request.texts[i], text) for i, text in found.items()]
+        rest = [i for i in range(len(request.texts)) if i not in found]
+        if rest:  # the others searched as a request of their own
+            fewer = dataclasses.replace(request, texts=[request.texts[i] for i in rest])
+            searched = await self._along(dataclasses.replace(asked, request=fewer), answer,
+                                         client, route)  # fmt: skip
+            out += searched
+        order = [*found, *rest]
+        return [out[order.index(i)] for i in range(len(request.texts))], route
+
+    async def _remembered(self, asked: Asked, route: Route) -> dict[int, str]:
+        """Index -> translation of each text the memory holds for the route's pair: plain texts
+        only (a text with markup, a prefix or constraints is searched), whole texts."""
+        request, options = asked.request, asked.options
+        plain = options is None or options.format in (TextFormat.text, TextFormat.auto)
+        if self.memories is None or not plain or request.prefixes or request.constraints:
+            return {}
+        model = route.hops[0].model
+        src = route.source or (model.sources[0] if len(model.sources) == 1 else None)
+        tgt = route.target or (model.targets[0] if len(model.targets) == 1 else None)
+        if src is None or tgt is None:
+            return {}
+        memory = await run_in_threadpool(self.memories.pair, tag(src), tag(tgt))
+        if memory is None:
+            return {}
+        return {i: t for i, text in enumerate(request.texts) if (t := memory.lookup(text))}
+
+    async def _along(self, asked: Asked, answer: Answer, client: Hashable, route: Route) -> list:
+        """Each text of `asked` translated along `route`, written by `answer`."""
+        request = asked.request
         texts = request.texts
         for k, hop in enumerate(route.hops):
             last = k == len(route.hops) - 1
@@ -269,7 +308,7 @@ class Models:
                     answer if last else TextAnswer(), client,
                 )  # fmt: skip
             texts = found
-        return texts, route
+        return texts
 
     @contextlib.asynccontextmanager
     async def using(self, model: Model) -> AsyncIterator[Server]:

@@ -262,6 +262,12 @@ class NativeAnswer:
         return json_bytes(translation_json(t, self.attention, self.tree, constraints,
                                            t.confidence))  # fmt: skip
 
+    def memory(self, source: str, text: str) -> bytes:
+        """A text the server's translation memory holds: its translation, no score."""
+        nbest = [{"text": text, "score": None}]
+        return json_bytes({"source": source, "text": text, "score": None, "nbest": nbest,
+                           "from_memory": True})  # fmt: skip
+
     def document(self, source: str, result: BlockResult) -> bytes:
         judged = [t.confidence for t in result.sentences] if self.confidence else None
         return json_bytes(document_json(source, result, self.alignments, self.attention,

@@ -84,6 +84,10 @@ class Answer(Protocol):
 
     def document(self, source: str, result: BlockResult) -> Any: ...
 
+    def memory(self, source: str, text: str) -> Any:
+        """A text a translation memory holds (`tm=`), answered as the memory has it."""
+        ...
+
 
 @dataclasses.dataclass(frozen=True)
 class ScoreJob:
