@@ -77,6 +77,7 @@ class DataFormat(str, Enum):
     tsv = "tsv"  # {split}.tsv: source<TAB>target
     jsonl = "jsonl"  # {split}.jsonl: {"<src_lang>": ..., "<tgt_lang>": ...} per line
     tmx = "tmx"  # {split}.tmx: a translation memory's units in src_lang and tgt_lang (nmt.data.tmx)
+    xliff = "xliff"  # {split}.xliff: an XLIFF file's translated units (nmt.data.tmx.xliff_pairs)
 
 
 class PieceModel(str, Enum):

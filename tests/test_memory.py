@@ -222,3 +222,55 @@ def test_a_tmx_split_reads_as_the_same_pairs_and_trains(demo_dir, tmp_path):
     args += ["model=gru_bahdanau", "model.emb_size=16", "model.hidden_size=16"]
     assert cli.train([*args, "train.max_steps=4", "train.valid_every=4"]) == 0
     assert (run / "checkpoints" / "best" / "ckpt.pt").is_file()
+
+
+XLIFF_12 = """<?xml version="1.0" encoding="UTF-8"?>
+<xliff version="1.2" xmlns="urn:oasis:names:tc:xliff:document:1.2">
+ <file source-language="en-US" target-language="de-DE" datatype="plaintext" original="a">
+  <body>
+   <trans-unit id="1"><source>Click <g id="1">here</g>.<x id="2"/></source>
+    <target>Klicken Sie <g id="1">hier</g>.<x id="2"/></target></trans-unit>
+   <trans-unit id="2"><source>Not yet</source><target></target></trans-unit>
+   <trans-unit id="3"><source>A <ph id="3">&lt;br/&gt;</ph>dog</source>
+    <target>Ein <ph id="3">&lt;br/&gt;</ph>Hund</target></trans-unit>
+  </body>
+ </file>
+ <file source-language="fr-FR" target-language="de-DE" datatype="plaintext" original="b">
+  <body><trans-unit id="4"><source>Un chat</source><target>Eine Katze</target></trans-unit></body>
+ </file>
+</xliff>
+"""
+XLIFF_20 = """<?xml version="1.0" encoding="UTF-8"?>
+<xliff xmlns="urn:oasis:names:tc:xliff:document:2.0" version="2.0" srcLang="de" trgLang="en">
+ <file id="f"><unit id="u">
+  <segment><source>Ein <pc id="1">Hund</pc> läuft.</source>
+   <target>A <pc id="1">dog</pc> runs.</target></segment>
+  <segment><source>Er bellt.<ph id="2"/></source><target>It barks.<ph id="2"/></target></segment>
+ </unit></file>
+</xliff>
+"""
+
+
+def test_a_translated_xliff_file_is_a_corpus_either_way_round(tmp_path):
+    from nmt.data.tmx import Tally, xliff_pairs
+
+    one = tmp_path / "train.xliff"
+    one.write_text(XLIFF_12, encoding="utf-8")
+    tally = Tally()
+    # the file translates en -> de; asked for de -> en, each pair comes the other way round
+    assert list(xliff_pairs(one, "de", "en", tally)) == [
+        ("Klicken Sie hier.", "Click here."), ("Ein Hund", "A dog"),
+    ]  # fmt: skip
+    assert (tally.units, tally.pairs, tally.skipped) == (4, 2, 2)  # untranslated; fr -> de
+    two = tmp_path / "valid.xliff"
+    two.write_text(XLIFF_20, encoding="utf-8")
+    assert list(xliff_pairs(two, "de", "en")) == [
+        ("Ein Hund läuft.", "A dog runs."), ("Er bellt.", "It barks."),
+    ]  # fmt: skip
+    (tmp_path / "test.xliff").write_text(XLIFF_20, encoding="utf-8")
+    cfg = DataConfig(name="x", src_lang="de", tgt_lang="en", local_dir=str(tmp_path))
+    assert read_split(cfg, Split.valid).tgt == ["A dog runs.", "It barks."]  # format=auto
+    broken = tmp_path / "broken.xliff"
+    broken.write_text("<xliff><file", encoding="utf-8")
+    with pytest.raises(NMTError, match="not an XLIFF file"):
+        list(xliff_pairs(broken, "de", "en"))

@@ -2,11 +2,12 @@
 validation and test splits) or as a stream that is never held in memory whole (the training split,
 which `nmt.data.tokenized` turns into memory-mapped Arrow), and encode pairs into ids.
 
-Local files come as text pairs (`train.de` + `train.en`), TSV, JSONL or TMX (a translation
-memory's units in the two languages, `nmt.data.tmx`). Every problem with them is one NMTError
-that names the file, and the line where there is one: a missing split, files of different line
-counts, a line that is not UTF-8, a TSV line without two fields, a JSONL line that is not a
-record of both languages, a TMX that is not XML or has no unit in both languages.
+Local files come as text pairs (`train.de` + `train.en`), TSV, JSONL, TMX (a translation
+memory's units in the two languages, `nmt.data.tmx`) or XLIFF (its translated units). Every
+problem with them is one NMTError that names the file, and the line where there is one: a
+missing split, files of different line counts, a line that is not UTF-8, a TSV line without two
+fields, a JSONL line that is not a record of both languages, a TMX or XLIFF file that is not XML
+or has no unit in both languages.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from urllib.parse import urlparse
 
 from nmt.config import DataConfig, DataFormat, Split
 from nmt.data.cache import CHUNK, digest
-from nmt.data.tmx import Tally, describe, tmx_pairs
+from nmt.data.tmx import Tally, describe, tmx_pairs, xliff_pairs
 from nmt.errors import NMTError
 from nmt.tokenizer import EOS, Vocabs, clean
 
@@ -90,12 +91,12 @@ def _detect_format(directory: Path, stem: str, cfg: DataConfig) -> DataFormat:
         return cfg.format
     if (directory / f"{stem}.{cfg.src_lang}").is_file():
         return DataFormat.text
-    for fmt in (DataFormat.tsv, DataFormat.jsonl, DataFormat.tmx):
+    for fmt in (DataFormat.tsv, DataFormat.jsonl, DataFormat.tmx, DataFormat.xliff):
         if (directory / f"{stem}.{fmt.value}").is_file():
             return fmt
     raise NMTError(
         f"no data for split {stem!r} in {directory}: expected {stem}.{cfg.src_lang} + "
-        f"{stem}.{cfg.tgt_lang}, {stem}.tsv, {stem}.jsonl or {stem}.tmx"
+        f"{stem}.{cfg.tgt_lang}, {stem}.tsv, {stem}.jsonl, {stem}.tmx or {stem}.xliff"
     )
 
 
@@ -149,6 +150,8 @@ def raw_pairs(fmt: DataFormat, files: list[Path], cfg: DataConfig) -> Iterator[t
                     raise NMTError(f"{files[0]}: line {number}: {err!r}") from err
         case DataFormat.tmx:
             yield from tmx_pairs(files[0], cfg.src_lang, cfg.tgt_lang)
+        case DataFormat.xliff:
+            yield from xliff_pairs(files[0], cfg.src_lang, cfg.tgt_lang)
         case _:
             raise AssertionError(f"unknown format {fmt}")
 
@@ -232,8 +235,8 @@ def split_digest(cfg: DataConfig, split: Split) -> tuple[str, int]:
     directory `datasets` names by a hash of the data it was built from, name and size."""
     if cfg.local_dir:
         fmt, files = local_files(cfg, split)
-        if fmt == DataFormat.tmx:
-            return _tmx_digest(files[0], cfg)
+        if fmt in (DataFormat.tmx, DataFormat.xliff):
+            return _tmx_digest(files[0], cfg, fmt)
         scanned = [scan(path) for path in files]
         if fmt == DataFormat.text and scanned[0][1] != scanned[1][1]:
             raise NMTError(
@@ -249,13 +252,14 @@ def split_digest(cfg: DataConfig, split: Split) -> tuple[str, int]:
     return digest(*parts, files, ds.column_names), len(ds)
 
 
-def _tmx_digest(path: Path, cfg: DataConfig) -> tuple[str, int]:
+def _tmx_digest(path: Path, cfg: DataConfig, fmt: DataFormat = DataFormat.tmx) -> tuple[str, int]:
     """(digest, pairs) of a TMX split: its bytes (a TMX may be UTF-16, so not `scan`'s lines) and
     its pairs counted by reading it; one with none in both languages is an NMTError naming them."""
     if not path.is_file():
         raise NMTError(f"data file not found: {path}")
     tally = Tally()
-    for _ in tmx_pairs(path, cfg.src_lang, cfg.tgt_lang, tally):
+    read = tmx_pairs if fmt == DataFormat.tmx else xliff_pairs
+    for _ in read(path, cfg.src_lang, cfg.tgt_lang, tally):
         pass
     if tally.pairs == 0:
         raise NMTError(
@@ -264,7 +268,7 @@ def _tmx_digest(path: Path, cfg: DataConfig) -> tuple[str, int]:
         )
     with open(path, "rb") as f:
         sha = hashlib.file_digest(f, "sha256").hexdigest()
-    return digest(DataFormat.tmx.value, cfg.src_lang, cfg.tgt_lang, [sha]), tally.pairs
+    return digest(fmt.value, cfg.src_lang, cfg.tgt_lang, [sha]), tally.pairs
 
 
 def _cache_file(path: Path) -> tuple[str, str, int]:

@@ -1,5 +1,6 @@
 """Translation memories as sentence pairs: a TMX file (what CAT tools export, a company's earlier
-translations) or a TSV of pairs, read as a stream of (source, target) in two of its languages.
+translations), a translated XLIFF file or a TSV of pairs, read as a stream of (source, target) in
+two of its languages.
 nmt-train reads a TMX split through this (data.format=tmx), and nmt-translate's tm=FILE
 (`nmt.translation.memory`) builds its lookup from the same pairs, so a memory trains and
 translates alike.
@@ -34,6 +35,8 @@ from nmt.errors import NMTError
 from nmt.language_codes import matches
 
 DROPPED = frozenset({"bpt", "ept", "it", "ph", "ut"})  # inline markup: native codes, not words
+# XLIFF 1.2's and 2.x's inline codes that hold no words (g, pc, mrk hold words: kept)
+XLIFF_DROPPED = frozenset({"x", "bx", "ex", "ph", "bpt", "ept", "it", "sc", "ec", "sm", "em"})
 SHOWN = 8  # languages a message lists
 
 
@@ -53,6 +56,8 @@ def memory_pairs(
 ) -> Iterator[tuple[str, str]]:
     """The (source, target) pairs of a memory file: TMX (`.tmx`, or any file whose first bytes
     are XML) or else TSV (`tsv_pairs`)."""
+    if path.suffix.lower() in (".xlf", ".xliff"):
+        return xliff_pairs(path, src_lang, tgt_lang, tally)
     if _is_xml(path):
         return tmx_pairs(path, src_lang, tgt_lang, tally)
     return tsv_pairs(path, tally)
@@ -101,16 +106,81 @@ def tmx_pairs(
         raise NMTError(f"cannot read {path}: {err}") from None
 
 
-def segment_text(seg: etree._Element) -> str:
+def segment_text(seg: etree._Element, dropped: frozenset[str] = DROPPED) -> str:
     """A `<seg>`'s text: inline markup elements dropped with their content, `<hi>` kept, every
     element's tail kept (the module's notes)."""
     parts = [seg.text or ""]
     for child in seg:
         name = etree.QName(child).localname if isinstance(child.tag, str) else ""
-        if name and name not in DROPPED:  # <hi>, and any element of words a tool added
-            parts.append(segment_text(child))
+        if name and name not in dropped:  # <hi>, and any element of words a tool added
+            parts.append(segment_text(child, dropped))
         parts.append(child.tail or "")
     return "".join(parts)
+
+
+def xliff_pairs(
+    path: Path, src_lang: str, tgt_lang: str, tally: Tally | None = None
+) -> Iterator[tuple[str, str]]:
+    """The (source, target) pairs of an XLIFF file's translated units: each 1.2 trans-unit and
+    2.x segment with a source and a target that is not empty, oriented by the file's languages
+    (1.2: each <file>'s source-language and target-language; 2.x: the root's srcLang and
+    trgLang, matched through the language table, either way round). Inline codes that hold no
+    words (x, bx, ex, ph, bpt, ept, it, sc, ec, sm, em) are dropped with their content; g, pc
+    and mrk keep theirs. Read unit by unit (iterparse), as a TMX."""
+    tally = tally if tally is not None else Tally()
+    wanted = (src_lang, tgt_lang)
+    order: tuple[int | None, int | None] = (None, None)  # the file's languages' sides
+    parser = etree.iterparse(
+        str(path), events=("start", "end"), resolve_entities=False, no_network=True
+    )
+    try:
+        for event, element in parser:
+            name = etree.QName(element).localname if isinstance(element.tag, str) else ""
+            if event == "start":
+                if name in ("file", "xliff"):
+                    source = element.get("source-language") or element.get("srcLang")
+                    target = element.get("target-language") or element.get("trgLang")
+                    if source and target:
+                        for lang in (source, target):
+                            tally.languages.setdefault(lang)
+                        order = (_side(source, wanted), _side(target, wanted))
+                continue
+            if name == "unit":  # a 2.x unit read (its segments were): freed
+                element.clear()
+                continue
+            if name not in ("trans-unit", "segment"):
+                continue
+            tally.units += 1
+            pair = _xliff_pair(element, order)
+            if name == "trans-unit":  # freed once read, as a TMX's units
+                element.clear()
+            if pair is None:
+                tally.skipped += 1
+                continue
+            tally.pairs += 1
+            yield pair
+    except etree.XMLSyntaxError as err:
+        raise NMTError(f"{path}: not an XLIFF file (line {err.lineno}: {err.msg})") from None
+    except OSError as err:
+        raise NMTError(f"cannot read {path}: {err}") from None
+
+
+def _xliff_pair(
+    unit: etree._Element, order: tuple[int | None, int | None]
+) -> tuple[str, str] | None:
+    """A unit's (source, target) in the languages asked for; None without a target or when the
+    file's languages are not the two asked for."""
+    if sorted(side for side in order if side is not None) != [0, 1]:
+        return None
+    texts = {}
+    for child in unit:
+        name = etree.QName(child).localname if isinstance(child.tag, str) else ""
+        if name in ("source", "target") and name not in texts:
+            texts[name] = " ".join(segment_text(child, XLIFF_DROPPED).split())
+    if not texts.get("source") or not texts.get("target"):
+        return None
+    by_side = {order[0]: texts["source"], order[1]: texts["target"]}
+    return by_side[0], by_side[1]
 
 
 def tsv_pairs(path: Path, tally: Tally | None = None) -> Iterator[tuple[str, str]]:

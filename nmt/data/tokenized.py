@@ -486,7 +486,8 @@ def _nmt_error(err: BaseException) -> NMTError | None:
 # another entry, never a stale one. Keep the list whole when that code moves or grows:
 # - `_build`: which rows are read, the columns, the id dtype; `_raw_rows`,
 # `nmt.data.splits.raw_pairs`   and `nmt.data.splits._lines`: the text of a local row (BOM, UTF-8,
-# TSV fields, JSONL records); `nmt.data.tmx.tmx_pairs`, `segment_text`, `_side`: a TMX's units;
+# TSV fields, JSONL records); `nmt.data.tmx.tmx_pairs`, `xliff_pairs`, `_xliff_pair`,
+# `segment_text`, `_side`: a TMX's or an XLIFF file's units;
 # `nmt.data.splits.pair_from_record`: the text of a JSONL or hub record;
 # - `_vocabs`: the tokenizer a worker encodes with; `_encode`, `nmt.tokenizer.clean` and its
 #   pattern: the cleaning, the EOS, the lengths; `_pack`: how n-best lists are stored;
@@ -497,7 +498,7 @@ def _nmt_error(err: BaseException) -> NMTError | None:
 ENCODING_CODE: tuple[object, ...] = (
     _build, _raw_rows, _vocabs, _encode, _pack,
     data_module.raw_pairs, data_module._lines, data_module.pair_from_record,
-    tmx.tmx_pairs, tmx.segment_text, tmx._side,
+    tmx.tmx_pairs, tmx.xliff_pairs, tmx._xliff_pair, tmx.segment_text, tmx._side,
     tokenizer.clean, tokenizer._SPACE,
     tokenizer.load_vocabs, Vocab.__init__, Vocab.encode, Vocab.nbest, tokenizer._read_kept,
 )  # fmt: skip
