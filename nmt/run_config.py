@@ -120,6 +120,16 @@ class CheckpointsConfig:
             )
 
 
+def _no_auto(src_lang: str | None, why: str) -> None:
+    """src_lang=auto is nmt-translate's (each line's language identified): refused by name
+    where a command reads one language, rather than taken for a language called "auto"."""
+    if src_lang == "auto":
+        raise NMTError(
+            f"src_lang=auto identifies each line's language in nmt-translate; {why}: give its "
+            "code (src_lang=de), or none"
+        )
+
+
 def check_text_modes(cfg: TextOptions, modes: dict[str, bool]) -> None:
     """A line read as columns (a prefix, constraints) or answered as rows (an n-best list) is one
     sentence of plain text: refuse text options that would read it otherwise."""
@@ -175,6 +185,7 @@ class EvaluateRunConfig(TextOptions, CheckpointsConfig):
         TextOptions.__post_init__(self)
         _check_device(self.device)
         self.check_ckpts()
+        _no_auto(self.src_lang, "nmt-evaluate reads a test set in one language")
         self.progress = _progress(self.progress)
         if self.chunk_lines < 1:
             raise NMTError(f"chunk_lines={self.chunk_lines} must be >= 1")
@@ -355,6 +366,7 @@ class ScoreRunConfig(CheckpointsConfig):
     def __post_init__(self) -> None:
         _check_device(self.device)
         self.check_ckpts()
+        _no_auto(self.src_lang, "nmt-score scores translations of sources in one language")
         if (self.src is None) != (self.hyp is None):
             raise NMTError("give both src=FILE and hyp=FILE (or tsv=FILE, or TSV on stdin)")
         if self.tsv is not None and self.src is not None:

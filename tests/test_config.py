@@ -237,3 +237,14 @@ def test_a_key_of_a_group_no_option_chose_names_the_options():
         cli.compose_config("evaluate", ["ckpt=runs/x", "data.local_dir=corpus"])
     cfg = cli.compose_config("evaluate", ["ckpt=runs/x", "data=multi30k", "data.local_dir=corpus"])
     assert cfg.data.local_dir == "corpus"
+
+
+def test_src_lang_auto_is_refused_by_name_where_a_command_reads_one_language(tmp_path, capsys):
+    """nmt-translate identifies each line's language (src_lang=auto); nmt-evaluate and nmt-score
+    read one language, and refuse "auto" before any work rather than take it for a code."""
+
+    none = tmp_path / "no-checkpoint"
+    assert cli.evaluate([f"ckpt={none}", "src_lang=auto"]) == 2
+    assert "nmt-evaluate reads a test set in one language" in capsys.readouterr().err
+    assert cli.score([f"ckpt={none}", "src_lang=auto"]) == 2
+    assert "nmt-score scores translations of sources in one language" in capsys.readouterr().err
