@@ -4,7 +4,10 @@
     native.py     nmt's own JSON shape (/translate): a body read into one Request, answers written
     score.py      nmt's /score shape
     libretranslate.py  LibreTranslate's API under /libretranslate/
-    deepl.py      DeepL's v2 API under /v2/ (glossaries included)
+    deepl.py      DeepL's v2 API under /v2/
+    glossaries.py DeepL's glossaries, kept per key, found in a request's texts
+    files.py      documents uploaded through an API shape, translated and kept until fetched
+    memory.py     the translation memory (tm=), read per language pair
     info.py       GET /info: the model, its languages, the limits
     models.py     several models: which translates a pair (a pivot where none does alone),
                   each loaded on first use behind its own Server, at most max_loaded at once

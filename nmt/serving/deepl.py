@@ -28,7 +28,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import re
-import threading
 import uuid
 from functools import partial
 from typing import Any
@@ -43,9 +42,9 @@ from nmt.config import TextFormat, TextOptions
 from nmt.documents.blocks import BlockResult
 from nmt.errors import NMTError
 from nmt.language_codes import name, tag
-from nmt.serving.admission import MAX_CONSTRAINTS
 from nmt.serving.batching import QueueFull
 from nmt.serving.files import Files, translate_file
+from nmt.serving.glossaries import Glossaries, Glossary, read_entries
 from nmt.serving.http import BadRequest, body_limit, client_of, read_body, read_form, read_object
 from nmt.serving.keys import KeyRefused, Keys
 from nmt.serving.models import Models, Unserved
@@ -57,8 +56,6 @@ KEY_STATUS = {"missing": 403, "invalid": 403, "rate": 429, "quota": 456}
 TAG_FORMATS = {"html": TextFormat.html, "xml": TextFormat.xml}
 # DeepL's regional targets, offered for a model's language without a region
 REGIONS = {"en": ("EN-GB", "EN-US"), "pt": ("PT-BR", "PT-PT")}
-MAX_GLOSSARIES = 100  # glossaries one key may hold (they live in the server's memory)
-MAX_ENTRIES = 5000  # entries in one glossary
 
 
 @dataclasses.dataclass(frozen=True)
@@ -241,67 +238,6 @@ async def usage(
 # --- glossaries --------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class Glossary:
-    """A key's glossary: terms and their translations, for one language pair."""
-
-    glossary_id: str
-    name: str
-    source_lang: str
-    target_lang: str
-    entries: dict[str, str]
-    created: str
-
-    def info(self) -> dict:
-        return {
-            "glossary_id": self.glossary_id, "name": self.name, "ready": True,
-            "source_lang": self.source_lang, "target_lang": self.target_lang,
-            "creation_time": self.created, "entry_count": len(self.entries),
-        }  # fmt: skip
-
-    def terms_in(self, text: str) -> list[str]:
-        """The translations of the terms `text` holds (as whole words, in any case), at most
-        MAX_CONSTRAINTS of them, the longest terms first."""
-        found = []
-        for term in sorted(self.entries, key=len, reverse=True):
-            pattern = r"(?<!\w)" + re.escape(term) + r"(?!\w)"
-            if re.search(pattern, text, flags=re.IGNORECASE):
-                found.append(self.entries[term])
-                if len(found) == MAX_CONSTRAINTS:
-                    break
-        return found
-
-
-class Glossaries:
-    """The glossaries of each account (`Keys.account`), in the server's memory (a restart
-    forgets them)."""
-
-    def __init__(self) -> None:
-        self._held: dict[str, dict[str, Glossary]] = {}
-        self._lock = threading.Lock()
-
-    def add(self, account: str, glossary: Glossary) -> None:
-        with self._lock:
-            held = self._held.setdefault(account, {})
-            if len(held) >= MAX_GLOSSARIES:
-                raise BadRequest(400, f"this key holds {MAX_GLOSSARIES} glossaries: delete one")
-            held[glossary.glossary_id] = glossary
-
-    def get(self, account: str, glossary_id: str) -> Glossary:
-        found = self._held.get(account, {}).get(glossary_id)
-        if found is None:
-            raise BadRequest(404, f"no glossary {glossary_id[:40]!r}")
-        return found
-
-    def all(self, account: str) -> list[Glossary]:
-        return list(self._held.get(account, {}).values())
-
-    def remove(self, account: str, glossary_id: str) -> None:
-        with self._lock:
-            if self._held.get(account, {}).pop(glossary_id, None) is None:
-                raise BadRequest(404, f"no glossary {glossary_id[:40]!r}")
-
-
 async def glossary_create(
     models: Models, keys: Keys, kept: Kept, account: str, params: dict,
     request: HTTPRequest,
@@ -318,23 +254,6 @@ async def glossary_create(
                         target.split("-")[0], entries, created.replace("+00:00", "Z"))  # fmt: skip
     kept.glossaries.add(account, glossary)
     return JSONResponse(glossary.info(), status_code=201)
-
-
-def read_entries(text: str, kind: str) -> dict[str, str]:
-    """A glossary's entries from TSV (term TAB translation a line) or CSV (term,translation)."""
-    if kind not in ("tsv", "csv"):
-        raise BadRequest(400, f"Value for 'entries_format' not supported: {kind[:20]}")
-    entries: dict[str, str] = {}
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        parts = line.split("\t" if kind == "tsv" else ",")
-        if len(parts) < 2 or not parts[0].strip() or not parts[1].strip():
-            raise BadRequest(400, f"Invalid glossary entries: line {number} is not a pair")
-        entries[parts[0].strip()] = parts[1].strip()
-    if not entries or len(entries) > MAX_ENTRIES:
-        raise BadRequest(400, f"a glossary holds 1 to {MAX_ENTRIES} entries, not {len(entries)}")
-    return entries
 
 
 async def glossary_list(
