@@ -108,6 +108,16 @@ def message(status: int, text: str, headers: dict | None = None) -> Response:
     return JSONResponse({"message": text}, status_code=status, headers=headers)
 
 
+def refusal(err: QueueFull | NMTError) -> Response:
+    """A translation refused as DeepL answers it: a language no model serves, a full queue
+    (503 with Retry-After), any other value nmt cannot take (400)."""
+    if isinstance(err, QueueFull):
+        return message(503, str(err), {"Retry-After": str(err.retry_after)})
+    if isinstance(err, Unserved):
+        return message(400, f"Value for 'target_lang' or 'source_lang' not supported: {err}")
+    return message(400, str(err))
+
+
 # --- translating -------------------------------------------------------------------------------
 
 
@@ -145,12 +155,8 @@ async def translate(
         src = detected.language if detected is not None else source
         asked = _asked(texts, src, target, params, glossary, cfg)
         answers, _ = await models.translate(asked, DeepLAnswer(), client_of(request))
-    except Unserved as err:
-        return message(400, f"Value for 'target_lang' or 'source_lang' not supported: {err}")
-    except QueueFull as full:
-        return message(503, str(full), {"Retry-After": str(full.retry_after)})
-    except NMTError as err:
-        return message(400, str(err))
+    except (QueueFull, NMTError) as err:
+        return refusal(err)
     said = (src or "").split("-")[0].upper()
     return JSONResponse({
         "translations": [
@@ -317,12 +323,8 @@ async def upload(
             models, data, document.filename or "document.txt", source, target,
             client_of(request), partial(keys.admit, account),
         )  # fmt: skip
-    except Unserved as err:
-        return message(400, f"Value for 'target_lang' or 'source_lang' not supported: {err}")
-    except QueueFull as full:
-        return message(503, str(full), {"Retry-After": str(full.retry_after)})
-    except NMTError as err:
-        return message(400, str(err))
+    except (QueueFull, NMTError) as err:
+        return refusal(err)
     held = kept.files.add(account, done)
     return JSONResponse({"document_id": held.file_id, "document_key": held.key})
 

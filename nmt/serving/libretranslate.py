@@ -93,6 +93,16 @@ def error(status: int, message: str, headers: dict | None = None) -> Response:
     return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
+def refusal(err: QueueFull | NMTError, source: str, target: str) -> Response:
+    """A translation refused as LibreTranslate answers it: a language asked for by name that no
+    model serves is "X is not supported"; a full queue 503 with Retry-After; the rest 400."""
+    if isinstance(err, QueueFull):
+        return busy(err)
+    if isinstance(err, Unserved) and err.language is not None and err.language in (source, target):
+        return error(400, f"{err.language} is not supported")
+    return error(400, str(err))
+
+
 async def translate(models: Models, keys: Keys, request: HTTPRequest) -> Response:
     """POST /translate: q translated from source into target (see the module's notes)."""
     cfg = models.cfg
@@ -124,13 +134,8 @@ async def translate(models: Models, keys: Keys, request: HTTPRequest) -> Respons
         src = detected.language if detected else None if source == AUTO else source
         asked = _asked(texts, src, target, fmt, alternatives, cfg)
         answers, _ = await models.translate(asked, LibreAnswer(alternatives), client_of(request))
-    except Unserved as err:  # a language asked for by name is LibreTranslate's "not supported"
-        named = err.language is not None and err.language in (source, target)
-        return error(400, f"{err.language} is not supported" if named else str(err))
-    except QueueFull as full:
-        return busy(full)
-    except NMTError as err:
-        return error(400, str(err))
+    except (QueueFull, NMTError) as err:
+        return refusal(err, source, target)
     out: dict[str, Any] = {"translatedText": [a[0] for a in answers] if many else answers[0][0]}
     if alternatives:
         out["alternatives"] = [a[1] for a in answers] if many else answers[0][1]
@@ -163,13 +168,8 @@ async def translate_file(files: Files, models: Models, keys: Keys, request: HTTP
         )  # fmt: skip
     except KeyRefused as refused:
         return error(KEY_STATUS[refused.reason], str(refused))
-    except Unserved as err:
-        named = err.language is not None and err.language in (source, target)
-        return error(400, f"{err.language} is not supported" if named else str(err))
-    except QueueFull as full:
-        return busy(full)
-    except NMTError as err:
-        return error(400, str(err))
+    except (QueueFull, NMTError) as err:
+        return refusal(err, source, target)
     held = files.add(ANONYMOUS, done)
     url = str(request.url_for(DOWNLOAD, file_id=held.file_id))
     return JSONResponse({"translatedFileUrl": url})
