@@ -33,6 +33,7 @@ from functools import partial
 from typing import Any
 from urllib.parse import parse_qsl
 
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, Response
@@ -153,7 +154,9 @@ async def translate(
     try:
         detected = models.detect(texts) if source is None else None
         src = detected.language if detected is not None else source
-        asked = _asked(texts, src, target, params, glossary, cfg)
+        check = (texts, src, target, params, glossary, cfg)
+        # a glossary is searched for in every text: off the event loop
+        asked = _asked(*check) if glossary is None else await run_in_threadpool(_asked, *check)
         answers, _ = await models.translate(asked, DeepLAnswer(), client_of(request))
     except (QueueFull, NMTError) as err:
         return refusal(err)
