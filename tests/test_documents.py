@@ -10,6 +10,7 @@ import zipfile
 
 import docx
 import pytest
+import torch
 from lxml import etree
 from markdown_it import MarkdownIt
 
@@ -17,7 +18,7 @@ from nmt.config import TextFormat, TextOptions
 from nmt.data.starts import learn_edges, learn_starts
 from nmt.documents import html, markdown, sentences, srt
 from nmt.documents.alignment import moses, piece_words
-from nmt.documents.blocks import Plan, spread
+from nmt.documents.blocks import Plan, finish_blocks, plan_blocks, spread
 from nmt.documents.files import open_document
 from nmt.documents.inline import lift_markup
 from nmt.documents.markdown import lift_markdown
@@ -26,6 +27,7 @@ from nmt.documents.segments import wrap
 from nmt.documents.sentences import Split, split
 from nmt.documents.texts import read_block
 from nmt.errors import NMTError
+from nmt.translation.translator import Translation
 
 OPTIONS = TextOptions()
 
@@ -421,6 +423,30 @@ def test_a_point_before_punctuation_goes_before_the_translations_punctuation():
     assert place(block, "He rides number.", [(0, 0), (1, 1), (2, 2)]) == "He rides number 7."
     block = read_block("Siehe www.nmt.dev, bitte.", TextFormat.text, OPTIONS)
     assert place(block, "See, please.", [(0, 0), (1, 1)]) == "See www.nmt.dev, please."
+
+
+def aligned(source: str, text: str) -> Translation:
+    """A translation whose attention aligns its k-th word with its source's k-th (one piece a
+    word; the last target words with the last source word)."""
+    src = [f"▁{w}" for w in source.split()] + ["</s>"]
+    tgt = [f"▁{w}" for w in text.split()] + ["</s>"]
+    maps = torch.zeros(len(tgt), 1, 1, len(src))
+    for k in range(len(tgt)):
+        maps[k, 0, 0, min(k, len(src) - 1)] = 1.0
+    return Translation(source, text, src, tgt, maps, 0.0, [(text, 0.0)])
+
+
+def test_sentences_glued_by_block_tags_keep_their_own_words():
+    """ "Blumen.</h1><p>Wir": no whitespace between two sentences, yet each has words of its own,
+    which the alignment counts: the tags go back between the sentences' translations and around
+    their own words, not a word off."""
+    block = lift_markup("<h1>Ich sehe Blumen.</h1><p>Wir kaufen <i>Autos</i>. Er malt.</p>")
+    plan = plan_blocks([block], "de", OPTIONS)
+    assert plan.sentences == ["Ich sehe Blumen.", "Wir kaufen Autos.", "Er malt."]
+    targets = ["I see flowers.", "We buy cars.", "He paints."]
+    [result] = finish_blocks(plan, [aligned(s, t) for s, t in zip(plan.sentences, targets)], 0)
+    assert result.text == "<h1>I see flowers.</h1><p>We buy <i>cars</i>. He paints.</p>"
+    assert result.plain == "I see flowers.We buy cars. He paints."
 
 
 def fastest(work, tries: int = 3) -> float:

@@ -32,7 +32,9 @@ from nmt.translation.translator import Translation
 class BlockResult:
     text: str  # the block translated, its codes back in it
     plain: str  # the translation without the codes (what `alignment` indexes)
-    alignment: list[tuple[int, int]] | None  # (source word, target word) over the block's text
+    # (source word, target word) over the block's text: its whitespace words, each cut where a
+    # sentence starts glued to the one before it
+    alignment: list[tuple[int, int]] | None
     sentences: list[Translation] = field(default_factory=list)
     failure: str | None = None  # why a sentence of it has no translation (then `text` is "")
     warnings: list[str] = field(default_factory=list)
@@ -181,12 +183,30 @@ def _result(
     failed = next((t.failure for t in sentences if t.failure is not None), None)
     if failed is not None:
         return BlockResult("", "", None, sentences, failed, warnings)
-    plain = _gaps_after_codes(block, parts).join([t.text for t in sentences])
-    pairs = None
+    texts = [t.text for t in sentences]
+    plain = _gaps_after_codes(block, parts).join(texts)
+    pairs, breaks = None, ((), ())
     if aligned:
         pairs, src, tgt = [], 0, 0
         for t in sentences:
             pairs += [(s + src, j + tgt) for s, j in word_alignment(t, skip, reading)]
             src, tgt = src + len(t.source.split()), tgt + len(t.text.split())
-    text = place(block, plain, pairs or [])
+        # the words are the sentences' own: where two meet with no whitespace between (block
+        # tags, "Blumen.</h1><p>Wir"), a word of each side ends there
+        breaks = (_glued_starts(block.text, parts.sentences), _glued_starts(plain, texts))
+    text = place(block, plain, pairs or [], breaks)
     return BlockResult(text, plain, pairs, sentences, None, warnings)
+
+
+def _glued_starts(text: str, sentences: list[str]) -> list[int]:
+    """The offsets in `text` (the `sentences` in order, whitespace between them or none) where a
+    sentence starts right after the one before it, no whitespace between them."""
+    starts, at = [], 0
+    for k, sentence in enumerate(sentences):
+        found = text.find(sentence, at)
+        if found < 0:
+            break
+        if k and found == at and found > 0 and not text[found - 1].isspace():
+            starts.append(found)
+        at = found + len(sentence)
+    return starts

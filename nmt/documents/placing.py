@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
 from functools import cached_property
 
 from nmt.documents.inline import Block, apply_inserts, escape
@@ -29,15 +30,23 @@ SCAN_WORDS = 64
 _TRAILING = ".,;:!?…)]}\"'»”’"
 
 
-def place(block: Block, translation: str, pairs: list[tuple[int, int]]) -> str:
+def place(
+    block: Block,
+    translation: str,
+    pairs: list[tuple[int, int]],
+    breaks: tuple[Sequence[int], Sequence[int]] = ((), ()),
+) -> str:
     """The translation with the block's codes put back (see the module's notes); `pairs`:
-    (source word, target word) of the block's text and `translation`."""
+    (source word, target word) of the block's text and `translation`. `breaks`: the character
+    offsets of the block's text and of the translation where a word ends though no whitespace
+    does (a sentence glued to the one before it, "Blumen.</h1><p>Wir": the sentences' words,
+    which `pairs` count, are "Blumen." and "Wir")."""
     if not block.codes:
         return escape(translation) if block.markup else translation
     if translation == block.text:
         return block.render()
-    source_words = _word_spans(block.text)
-    target_words = _word_spans(translation)
+    source_words = _word_spans(block.text, breaks[0])
+    target_words = _word_spans(translation, breaks[1])
     if not target_words:  # nothing to wrap: every code at the start, in order
         return "".join(c.raw for c in block.codes) + (escape(translation) if block.markup
                                                       else translation)  # fmt: skip
@@ -231,5 +240,13 @@ def _glued_right(block: Block, k: int) -> bool:
     return offset < len(block.text) and not block.text[offset].isspace()
 
 
-def _word_spans(text: str) -> list[tuple[int, int]]:
-    return [(m.start(), m.end()) for m in re.finditer(r"\S+", text)]
+def _word_spans(text: str, breaks: Sequence[int] = ()) -> list[tuple[int, int]]:
+    """(start, end) of each whitespace word of `text`, cut at each of `breaks` inside one."""
+    spans = [(m.start(), m.end()) for m in re.finditer(r"\S+", text)]
+    if not breaks:
+        return spans
+    cuts, out = sorted(breaks), []
+    for start, end in spans:
+        edges = [start, *cuts[bisect_right(cuts, start) : bisect_left(cuts, end)], end]
+        out += zip(edges, edges[1:])
+    return out
