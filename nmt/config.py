@@ -54,6 +54,11 @@ class Norm(str, Enum):
     post = "post"  # LayerNorm after each residual sum (Vaswani et al. 2017)
 
 
+class NormType(str, Enum):
+    layer = "layer"  # LayerNorm: centred and scaled, with a bias
+    rms = "rms"  # RMSNorm: scaled by the root mean square only, no bias (T5, Zhang & Sennrich 2019)
+
+
 class Positions(str, Enum):
     sinusoidal = "sinusoidal"  # fixed, any length; sine and cosine of a rate side by side
     # the same encodings with the sines in the first half of the dimensions, the cosines in the
@@ -63,12 +68,26 @@ class Positions(str, Enum):
     # instead of 1 / (d/2), and position p encoded as p + 2 (fairseq counts from padding_idx + 1)
     sinusoidal_fairseq = "sinusoidal_fairseq"
     learned = "learned"  # trained table of `max_positions` rows
+    # none added to the embeddings: every self-attention adds a learned bias per head for the
+    # bucket of its key - query offset, one table per side (T5, Raffel et al. 2020)
+    relative = "relative"
 
 
 class Activation(str, Enum):
     relu = "relu"
     gelu = "gelu"
     swish = "swish"  # x * sigmoid(x), SiLU (Marian, OPUS-MT)
+    gelu_tanh = "gelu_tanh"  # GELU's tanh approximation (T5 v1.1, mT5, MADLAD-400: gelu_new)
+
+
+class CodeStyle(str, Enum):
+    """Where a model with language codes (`DataConfig.language_codes`) reads them."""
+
+    # the source's code before the source, the target's forced as the first target piece
+    # (NLLB-200, M2M-100, mBART-50)
+    source_and_target = "source_and_target"
+    # the target's code before the source, nothing on the target (MADLAD-400's "<2de> X")
+    target_on_source = "target_on_source"
 
 
 class DataFormat(str, Enum):
@@ -307,6 +326,7 @@ class DataConfig:
     # code goes before each source, the target's is the first piece of each translation, forced
     # (`nmt.translation.inputs.TargetTags`); src_lang and tgt_lang are the defaults
     language_codes: dict[str, str] = field(default_factory=dict)
+    code_style: CodeStyle = CodeStyle.source_and_target  # where the codes go
 
     def __post_init__(self) -> None:
         if self.hub_id is None and self.local_dir is None and not self._all_have_files():
@@ -470,14 +490,36 @@ class TransformerConfig(ModelConfig):
     embed_norm: bool = False
     share_embeddings: bool = True  # one embedding table for both sides (needs a joint vocabulary)
     tie_output: bool = True  # output projection = target embedding
+    # T5's options (`nmt.pretrained.t5` imports T5, mT5 and MADLAD-400 with them; a model trained
+    # by nmt may use them too: configs/model/t5_small.yaml)
+    norm_type: NormType = NormType.layer
+    norm_eps: float = 1e-5  # added to the variance in every norm (T5: 1e-6)
+    head_size: int | None = None  # per head; null = d_model / heads (T5's d_kv may differ)
+    bias: bool = True  # biases in the attention and feed-forward layers (T5 has none)
+    # the feed-forward's first layer gives two halves, act(a) * b (a GLU variant, Shazeer 2020:
+    # T5 v1.1's gated-GELU); false: act(a)
+    gated: bool = False
+    scale_attention: bool = True  # energies divided by sqrt(head size); T5 folds it into weights
+    relative_buckets: int = 32  # positions=relative: offset buckets (the encoder's: half each way)
+    relative_max_distance: int = 128  # offsets from this far on share the last bucket
 
     def __post_init__(self) -> None:
-        if self.d_model % self.heads:
+        if self.head_size is None and self.d_model % self.heads:
             raise NMTError(
-                f"model.d_model={self.d_model} is not divisible by model.heads={self.heads}"
+                f"model.d_model={self.d_model} is not divisible by model.heads={self.heads} "
+                "(or set model.head_size)"
             )
         if min(self.encoder_layers, self.decoder_layers, self.ff_size, self.max_positions) < 1:
             raise NMTError("model layers, ff_size and max_positions must be >= 1")
+        if self.head_size is not None and self.head_size < 1:
+            raise NMTError(f"model.head_size={self.head_size} must be >= 1 (or null)")
+        if self.relative_buckets < 4 or self.relative_max_distance < self.relative_buckets // 2:
+            raise NMTError(
+                f"model.relative_buckets={self.relative_buckets} must be >= 4 and "
+                f"model.relative_max_distance={self.relative_max_distance} at least half of it"
+            )
+        if not 0.0 < self.norm_eps < 1.0:
+            raise NMTError(f"model.norm_eps={self.norm_eps} must be in (0, 1)")
         for key in ("dropout", "attention_dropout", "activation_dropout"):
             if not 0.0 <= getattr(self, key) < 1.0:
                 raise NMTError(f"model.{key}={getattr(self, key)} must be in [0, 1)")

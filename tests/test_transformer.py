@@ -31,7 +31,7 @@ def batch_of(seed: int, lengths: list[int], tgt_len: int = 9):
 
 
 @pytest.mark.parametrize("norm", ["pre", "post"])
-@pytest.mark.parametrize("positions", ["sinusoidal", "learned"])
+@pytest.mark.parametrize("positions", ["sinusoidal", "learned", "relative"])
 def test_kv_cache_decoding_equals_the_full_forward_pass(norm, positions):
     model = tiny(norm=norm, positions=positions, activation="gelu")
     batch = batch_of(0, [7, 4, 2])
@@ -101,7 +101,7 @@ def test_padding_does_not_change_a_sentence():
 
 def test_fused_and_explicit_attention_agree():
     torch.manual_seed(0)
-    attention = MultiHeadAttention(16, 4, dropout=0.0).eval()
+    attention = MultiHeadAttention(TransformerConfig(d_model=16, heads=4), dropout=0.0).eval()
     x, memory = torch.randn(2, 5, 16), torch.randn(2, 7, 16)
     mask = torch.ones(2, 1, 1, 7, dtype=torch.bool)
     mask[1, ..., 4:] = False

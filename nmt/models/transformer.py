@@ -8,6 +8,10 @@ no attention weights materialised). Decoding runs `step`, which computes only th
 every layer's self-attention keys/values of earlier positions live in the state (the KV cache),
 and the cross-attention keys/values of the source are projected once per sentence in
 `init_state`. A step returns the cross-attention weights of every layer and head, (B, L, h, S).
+
+T5's variant is options of the same layers (`TransformerConfig`): RMSNorm, relative position
+biases instead of positions added to the embeddings (`RelativePositions`), a gated feed-forward
+(`Gated`), attention without the 1/sqrt(k) scale, no biases, a head size of its own.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from nmt.config import Activation, Norm, Positions, TransformerConfig
+from nmt.config import Activation, Norm, NormType, Positions, TransformerConfig
 from nmt.errors import NMTError
 from nmt.models.attention import group_rows, ungroup_rows
 from nmt.models.compiled import compiled
@@ -73,7 +77,8 @@ class Embedding(nn.Module):
         # works; a buffer that is not saved keeps checkpoints independent of this cache
         self.layout = cfg.positions
         with torch.device("cpu"):  # computed, not loaded: real even in a model built on "meta"
-            fixed = sinusoids(cfg.max_positions, cfg.d_model, layout=self.layout)
+            length = 0 if self.layout == Positions.relative else cfg.max_positions
+            fixed = sinusoids(length, cfg.d_model, layout=self.layout)
         self.register_buffer("fixed", fixed, persistent=False)
 
     def positions(self, length: int, offset: int) -> Tensor:
@@ -90,24 +95,82 @@ class Embedding(nn.Module):
     def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
         """tokens (B, T) -> (B, T, d); offset = position of the first token."""
         x = self.table(tokens) * self.scale
-        x = x + self.positions(tokens.size(1), offset).to(x.dtype)
+        if self.layout != Positions.relative:  # relative positions are the attention's
+            x = x + self.positions(tokens.size(1), offset).to(x.dtype)
         return self.dropout(x if self.norm is None else self.norm(x))
+
+
+def norm(cfg: TransformerConfig) -> nn.Module:
+    """The model's normalisation over d: LayerNorm, or RMSNorm (weight, no bias)."""
+    if cfg.norm_type == NormType.rms:
+        return nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+    return nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
+
+
+class RelativePositions(nn.Module):
+    """T5's relative position biases: one learned scalar per head for each bucket of the offset
+    key position - query position, added to every self-attention energy of one side's layers
+    (the table is the side's, as T5 keeps it in its first layer and shares it).
+
+    Offsets below half the buckets (of a direction) have a bucket each; longer ones share
+    buckets spaced logarithmically up to `max_distance`, beyond which all share the last. The
+    encoder's are bidirectional (half the buckets for keys after the query); the decoder's are
+    causal (a query sees no later key)."""
+
+    def __init__(self, cfg: TransformerConfig, bidirectional: bool) -> None:
+        super().__init__()
+        self.table = nn.Embedding(cfg.relative_buckets, cfg.heads)
+        self.bidirectional = bidirectional
+        self.max_distance = cfg.relative_max_distance
+
+    def buckets(self, offset: Tensor) -> Tensor:
+        """offset (..) key - query positions -> their buckets (..), long."""
+        n = self.table.num_embeddings
+        if self.bidirectional:
+            n //= 2
+            base = (offset > 0).long() * n
+            distance = offset.abs()
+        else:
+            base = torch.zeros_like(offset)
+            distance = (-offset).clamp(min=0)
+        exact = n // 2
+        # exact + log(distance / exact) / log(max_distance / exact) * (n - exact), in this order
+        # of operations (the float rounding decides the buckets at their edges, as in T5)
+        spread = torch.log(distance.clamp(min=exact).float() / exact)
+        spread = spread / math.log(self.max_distance / exact) * (n - exact)
+        far = (exact + spread.long()).clamp(max=n - 1)
+        return base + torch.where(distance < exact, distance, far)
+
+    def forward(self, queries: int, keys: int, first: int = 0, causal: bool = False) -> Tensor:
+        """Biases (1, h, queries, keys) of queries at positions first.. against keys 0..; with
+        `causal`, -inf where a key comes after its query (a whole target at once)."""
+        device = self.table.weight.device
+        query = torch.arange(first, first + queries, device=device)
+        offset = torch.arange(keys, device=device)[None, :] - query[:, None]
+        bias = self.table(self.buckets(offset)).permute(2, 0, 1).unsqueeze(0)
+        if causal:
+            bias = bias.masked_fill(offset > 0, float("-inf"))
+        return bias
 
 
 class MultiHeadAttention(nn.Module):
     """Scaled dot-product attention over h heads; keys/values are projected by `project_kv`.
 
     Self-attention projects its own input; cross-attention projects the encoder memory once and
-    reuses it for every decoding step.
+    reuses it for every decoding step. Heads are k = head_size wide (d / h unless the config
+    says), so the projections are (d -> h k) and (h k -> d).
     """
 
-    def __init__(self, d: int, heads: int, dropout: float) -> None:
+    def __init__(self, cfg: TransformerConfig, dropout: float) -> None:
         super().__init__()
-        self.heads = heads
+        self.heads = cfg.heads
         self.dropout = dropout
-        self.q = nn.Linear(d, d)
-        self.kv = nn.Linear(d, 2 * d)
-        self.out = nn.Linear(d, d)
+        k = cfg.head_size or cfg.d_model // cfg.heads
+        self.scale = 1 / math.sqrt(k) if cfg.scale_attention else 1.0
+        d, inner = cfg.d_model, cfg.heads * k
+        self.q = nn.Linear(d, inner, bias=cfg.bias)
+        self.kv = nn.Linear(d, 2 * inner, bias=cfg.bias)
+        self.out = nn.Linear(inner, d, bias=cfg.bias)
 
     def split(self, x: Tensor) -> Tensor:
         """(B, T, d) -> (B, h, T, k)."""
@@ -128,7 +191,8 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         """x (R, T, d) queries; keys/values (N, h, S, k); mask broadcastable to (N, h, T, S),
-        True where attention is allowed -> output (R, T, d), weights (R, h, T, S) or None.
+        True where attention is allowed, or a float bias added to the energies (-inf: not
+        allowed) -> output (R, T, d), weights (R, h, T, S) or None.
 
         R = N except in beam search's cross-attention, where the R = N * G rows are grouped by
         sentence and each sentence's keys serve its G rows as G*T query positions (no copies)."""
@@ -138,9 +202,11 @@ class MultiHeadAttention(nn.Module):
         p = self.dropout if self.training else 0.0
         if need_weights:
             # the weights are wanted (decoding, attention maps): compute them explicitly
-            energies = q @ keys.transpose(-2, -1) / math.sqrt(q.size(-1))
-            if mask is not None:
+            energies = q @ keys.transpose(-2, -1) * self.scale
+            if mask is not None and mask.dtype == torch.bool:
                 energies = energies.masked_fill(~mask, float("-inf"))
+            elif mask is not None:
+                energies = energies + mask
             if causal:  # as SDPA's is_causal: query i sees keys 0..i (square, no cache)
                 future = torch.ones(energies.shape[-2:], dtype=torch.bool, device=q.device)
                 energies = energies.masked_fill(future.triu(1), float("-inf"))
@@ -148,8 +214,10 @@ class MultiHeadAttention(nn.Module):
             context = dropout(weights, p, self.training) @ values
         else:
             # fused kernels (flash / memory-efficient on GPU) never materialise the weights
+            if mask is not None and mask.dtype != torch.bool:
+                mask = mask.to(q.dtype)
             context = F.scaled_dot_product_attention(
-                q, keys, values, attn_mask=mask, dropout_p=p, is_causal=causal
+                q, keys, values, attn_mask=mask, dropout_p=p, is_causal=causal, scale=self.scale
             )
             weights = None
         out = ungroup_rows(self.out(context.transpose(1, 2).flatten(2)), rows)  # (R, T, d)
@@ -158,16 +226,35 @@ class MultiHeadAttention(nn.Module):
         return out, weights
 
 
-ACTIVATIONS = {Activation.relu: nn.ReLU, Activation.gelu: nn.GELU, Activation.swish: nn.SiLU}
+ACTIVATIONS = {
+    Activation.relu: nn.ReLU, Activation.gelu: nn.GELU, Activation.swish: nn.SiLU,
+    Activation.gelu_tanh: lambda: nn.GELU(approximate="tanh"),
+}  # fmt: skip
+
+
+class Gated(nn.Module):
+    """(.., 2 f) -> (.., f): act(a) * b of the halves (a, b), a gated linear unit's product
+    (Shazeer 2020; T5 v1.1's gated-GELU). The two projections are one layer, one product."""
+
+    def __init__(self, activation: nn.Module) -> None:
+        super().__init__()
+        self.activation = activation
+
+    def forward(self, x: Tensor) -> Tensor:
+        a, b = x.chunk(2, dim=-1)
+        return self.activation(a) * b
 
 
 class FeedForward(nn.Sequential):
+    """Linear (d -> f, or 2 f gated), activation, dropout, linear (f -> d)."""
+
     def __init__(self, cfg: TransformerConfig) -> None:
+        activation = ACTIVATIONS[cfg.activation]()
         super().__init__(
-            nn.Linear(cfg.d_model, cfg.ff_size),
-            ACTIVATIONS[cfg.activation](),
+            nn.Linear(cfg.d_model, cfg.ff_size * (2 if cfg.gated else 1), bias=cfg.bias),
+            Gated(activation) if cfg.gated else activation,
             Dropout(cfg.activation_dropout),
-            nn.Linear(cfg.ff_size, cfg.d_model),
+            nn.Linear(cfg.ff_size, cfg.d_model, bias=cfg.bias),
         )
 
 
@@ -177,7 +264,7 @@ class Sublayer(nn.Module):
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
         self.pre = cfg.norm == Norm.pre
-        self.norm = nn.LayerNorm(cfg.d_model)
+        self.norm = norm(cfg)
         self.dropout = Dropout(cfg.dropout)
 
     def input(self, x: Tensor) -> Tensor:
@@ -192,12 +279,13 @@ class Sublayer(nn.Module):
 class EncoderLayer(nn.Module):
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
-        self.attention = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout)
+        self.attention = MultiHeadAttention(cfg, cfg.attention_dropout)
         self.feed_forward = FeedForward(cfg)
         self.sub_attention, self.sub_ff = Sublayer(cfg), Sublayer(cfg)
 
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:
-        """x (B, S, d), mask (B, 1, 1, S) -> (B, S, d)."""
+        """x (B, S, d), mask (B, 1, 1, S) True where allowed, or a float bias (B, h, S, S) ->
+        (B, S, d)."""
         y = self.sub_attention.input(x)
         x = self.sub_attention.output(x, self.attention(y, *self.attention.project_kv(y), mask)[0])
         return self.sub_ff.output(x, self.feed_forward(self.sub_ff.input(x)))
@@ -209,12 +297,20 @@ class TransformerEncoder(nn.Module):
         self.embed = Embedding(cfg, table)
         self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
         # pre-norm leaves the residual stream unnormalised: normalise the memory once
-        self.norm = nn.LayerNorm(cfg.d_model) if cfg.norm == Norm.pre else nn.Identity()
+        self.norm = norm(cfg) if cfg.norm == Norm.pre else nn.Identity()
+        self.relative = (
+            RelativePositions(cfg, bidirectional=True)
+            if cfg.positions == Positions.relative
+            else None
+        )
 
     def forward(self, src: Tensor, src_lens: Tensor) -> EncoderOutput:
         """src (B, S), src_lens (B,) -> memory (B, S, d); no final summary vector."""
         src_mask = src != PAD
         mask = src_mask[:, None, None, :]
+        if self.relative is not None:  # (B, h, S, S): the positions' biases, padding -inf
+            length = src.size(1)
+            mask = self.relative(length, length).masked_fill(~mask, float("-inf"))
         x = self.embed(src)
         for layer in self.layers:
             x = layer(x, mask)
@@ -295,8 +391,8 @@ def _gather(cache: Tensor | None, spare: Tensor | None, rows: Tensor, filled: in
 class DecoderLayer(nn.Module):
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
-        self.self_attention = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout)
-        self.cross_attention = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout)
+        self.self_attention = MultiHeadAttention(cfg, cfg.attention_dropout)
+        self.cross_attention = MultiHeadAttention(cfg, cfg.attention_dropout)
         self.feed_forward = FeedForward(cfg)
         self.sub_self, self.sub_cross, self.sub_ff = Sublayer(cfg), Sublayer(cfg), Sublayer(cfg)
 
@@ -307,11 +403,13 @@ class DecoderLayer(nn.Module):
         cross_kv: tuple[Tensor, Tensor],
         src_mask: Tensor,
         need_weights: bool,
+        positions: Tensor | None = None,
     ) -> tuple[Tensor, tuple[Tensor, Tensor] | None, Tensor | None]:
         """x (R, T, d) new positions; cache = (keys, values, position): the preallocated
         self-attention cache (R, h, capacity, k) and the number of positions in it, or None
-        (teacher forcing: no cache, causal mask) -> x, the cache written one step on (or None),
-        cross-attention weights (R, h, T, S) or None."""
+        (teacher forcing: no cache, causal mask); `positions`: relative position biases of the
+        self-attention (1, h, T, positions seen), causal included -> x, the cache written one
+        step on (or None), cross-attention weights (R, h, T, S) or None."""
         y = self.sub_self.input(x)
         keys, values = self.self_attention.project_kv(y)
         written = None
@@ -323,9 +421,11 @@ class DecoderLayer(nn.Module):
             )
             end = position + keys.size(2)
             keys, values = written[0][:, :, :end], written[1][:, :, :end]
-        # new positions may see every cached one; a whole target needs the causal mask
-        causal = cache is None and x.size(1) > 1
-        x = self.sub_self.output(x, self.self_attention(y, keys, values, causal=causal)[0])
+        # new positions may see every cached one; a whole target needs the causal mask (in
+        # `positions` where they are given)
+        causal = cache is None and x.size(1) > 1 and positions is None
+        attended = self.self_attention(y, keys, values, positions, causal=causal)[0]
+        x = self.sub_self.output(x, attended)
         y, weights = self.cross_attention(
             self.sub_cross.input(x),
             *cross_kv,
@@ -355,7 +455,12 @@ class TransformerDecoder(nn.Module):
         super().__init__()
         self.embed = Embedding(cfg, table)
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
-        self.norm = nn.LayerNorm(cfg.d_model) if cfg.norm == Norm.pre else nn.Identity()
+        self.norm = norm(cfg) if cfg.norm == Norm.pre else nn.Identity()
+        self.relative = (
+            RelativePositions(cfg, bidirectional=False)
+            if cfg.positions == Positions.relative
+            else None
+        )
         self.out: nn.Module = (
             TiedProjection(vocab_size) if cfg.tie_output else nn.Linear(cfg.d_model, vocab_size)
         )
@@ -447,9 +552,10 @@ class TransformerDecoder(nn.Module):
         -> logits, maps (R, L, h, S), the caches (new ones where they had to grow). What
         decode.compile compiles: the state's bookkeeping (`step`) stays outside."""
         x = self.embed(prev.unsqueeze(1), offset=position)  # (R, 1, d)
+        bias = None if self.relative is None else self.relative(1, position + 1, position)
         keys, values, maps = [], [], []
         for layer, k, v, cross_k, cross_v in zip(self.layers, *caches, *cross):
-            x, (k, v), w = layer(x, (k, v, position), (cross_k, cross_v), src_mask, True)
+            x, (k, v), w = layer(x, (k, v, position), (cross_k, cross_v), src_mask, True, bias)
             keys.append(k)
             values.append(v)
             maps.append(w)
@@ -464,10 +570,11 @@ class TransformerDecoder(nn.Module):
         else None. Layers whose weights are not wanted run the fused kernels."""
         x, kept = self.embed(tgt_in), None
         wanted = None if attention_layer is None else attention_layer % len(self.layers)
+        length = tgt_in.size(1)
+        bias = None if self.relative is None else self.relative(length, length, causal=True)
         for i, layer in enumerate(self.layers):
-            x, _, weights = layer(
-                x, None, (state.cross_keys[i], state.cross_values[i]), state.src_mask, i == wanted
-            )
+            cross = (state.cross_keys[i], state.cross_values[i])
+            x, _, weights = layer(x, None, cross, state.src_mask, i == wanted, bias)
             if i == wanted:
                 kept = weights.transpose(1, 2).unsqueeze(2)  # (B, h, T, S) -> (B, T, 1, h, S)
         return self.project(self.norm(x)), kept
@@ -486,6 +593,8 @@ def _init(module: nn.Module, d_model: int) -> None:
             nn.init.normal_(m.weight, mean=0.0, std=d_model**-0.5)
             with torch.no_grad():
                 m.weight[PAD].zero_()
+        elif isinstance(m, RelativePositions):  # small biases: positions matter a little at first
+            nn.init.normal_(m.table.weight, mean=0.0, std=d_model**-0.5)
 
 
 def build_transformer(
