@@ -41,6 +41,8 @@ MARIAN_FILES = {"src": "source.spm", "tgt": "target.spm", "pieces": "pieces.mari
 # an imported NLLB-200 / M2M-100 model's: one sentencepiece model for both sides, and the piece
 # list with the ids decoding leaves out (language codes, fairseq's extra specials)
 M2M_FILES = {"spm": "sentencepiece.bpe.model", "pieces": "pieces.m2m.json"}
+# an imported T5 / mT5 / MADLAD-400 model's: the same, under T5's name for its sentencepiece model
+T5_FILES = {"spm": "spiece.model", "pieces": "pieces.t5.json"}
 SPECIAL_PIECES = ("<pad>", "<unk>", "<s>", "</s>")  # PAD, UNK, BOS, EOS
 _SPACE = re.compile(r"[\s\ufeff]+")  # whitespace, and a byte-order mark left by some editors
 
@@ -506,13 +508,15 @@ def train_vocabs(
 def load_vocabs(directory: Path) -> Vocabs:
     """Load the models written by `train_vocabs` (from a run or a checkpoint directory), pruned
     where `prune_vocabs` left its lists."""
-    if (directory / M2M_FILES["pieces"]).is_file():
-        listed = directory / M2M_FILES["pieces"]
+    for files in (M2M_FILES, T5_FILES):
+        listed = directory / files["pieces"]
+        if not listed.is_file():
+            continue
         try:
             table = json.loads(listed.read_text("utf-8"))
         except (OSError, ValueError) as err:
             raise NMTError(f"cannot read {listed}: {err}") from err
-        vocab = MarianVocab(directory / M2M_FILES["spm"], listed, table["pieces"],
+        vocab = MarianVocab(directory / files["spm"], listed, table["pieces"],
                             table["hidden"], codes_in_text=False)  # fmt: skip
         return Vocabs(vocab, vocab)
     if (directory / MARIAN_FILES["pieces"]).is_file():

@@ -134,3 +134,59 @@ def train_hf(model, tokenizer, src: list[str], tgt: list[str], steps: int) -> No
         loss.backward()
         optimizer.step()
     model.eval()
+
+
+T5_CODES = ["<2de>", "<2en>", "<2fr>"]
+
+
+def write_t5(out: Path, demo_dir: Path, steps: int = 300, **overrides) -> Path:
+    """A small MADLAD-style T5 in the Hugging Face layout: spiece.model with the `<2xx>` pieces,
+    T5Tokenizer's tokenizer.json, and the weights with an lm_head of their own (what T5 v1.1
+    saves; transformers 5 ties the head only where the saved tensors are equal)."""
+    import json
+
+    import sentencepiece as spm
+    import torch
+    import transformers
+
+    out.mkdir(parents=True)
+    src, tgt = demo_pairs(demo_dir)
+    spm.SentencePieceTrainer.Train(
+        sentence_iterator=iter(src + tgt), model_prefix=str(out / "spiece"), vocab_size=320,
+        model_type="unigram", character_coverage=1.0, num_threads=1, minloglevel=2, pad_id=0,
+        eos_id=1, unk_id=2, bos_id=-1, user_defined_symbols=T5_CODES,
+    )  # fmt: skip
+    (out / "spiece.vocab").unlink()
+
+    tokenizer = transformers.T5Tokenizer.from_pretrained(str(out), extra_ids=4)
+    settings = dict(
+        vocab_size=len(tokenizer) + 3, d_model=32, d_kv=16, d_ff=48, num_layers=2,
+        num_decoder_layers=2, num_heads=4, feed_forward_proj="gated-gelu",
+        tie_word_embeddings=False, decoder_start_token_id=0, pad_token_id=0, eos_token_id=1,
+        relative_attention_num_buckets=8, relative_attention_max_distance=20, dropout_rate=0.1,
+    )  # fmt: skip
+    settings.update(overrides)
+    torch.manual_seed(0)
+    model = transformers.T5ForConditionalGeneration(transformers.T5Config(**settings))
+    untied = not settings["tie_word_embeddings"]
+    if untied:  # an output layer of its own, trained as such
+        model.lm_head.weight = torch.nn.Parameter(model.shared.weight.detach().clone() * 2)
+    train_hf(model, tokenizer, [f"<2en> {s}" for s in src], tgt, steps)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    if untied:  # transformers 5 writes tie_word_embeddings=true whatever the model
+        config = json.loads((out / "config.json").read_text("utf-8"))
+        config["tie_word_embeddings"] = False
+        (out / "config.json").write_text(json.dumps(config), "utf-8")
+    return out
+
+
+@pytest.fixture(scope="session")
+def madlad(tmp_path_factory, demo_dir) -> tuple[Path, Path]:
+    """(a MADLAD-style T5 in the Hugging Face layout, its nmt import): one per test session,
+    for every test of the T5 family (tests/test_t5_*.py); the tests do not change them."""
+    from nmt.pretrained.importer import import_model
+
+    root = tmp_path_factory.mktemp("madlad")
+    hf = write_t5(root / "hf", demo_dir)
+    return hf, import_model(str(hf), root / "nmt")

@@ -11,14 +11,17 @@ of the data that neither names takes the code of the model's name for it (`de` -
 time (`nmt.translation.inputs.TargetTags`): the source language's code before the source,
 `[src] X </s>`, and the target language's code as the first target piece, `[tgt] Y </s>`, after
 the decoder start, as Hugging Face trains these models (labels start with the code that
-forced_bos_token_id forces when decoding).
+forced_bos_token_id forces when decoding). A model whose codes are `CodeStyle.target_on_source`
+(an imported MADLAD-400) reads the target language's code before the source, spelled as its
+tokenizer cuts "<2en> X" (`spelled_code`), and nothing before the target; a run inherits the
+style with the codes, which mean nothing laid out another way.
 """
 
 from __future__ import annotations
 
 import logging
 
-from nmt.config import DataConfig
+from nmt.config import CodeStyle, DataConfig
 from nmt.errors import NMTError
 from nmt.language_codes import matches
 from nmt.tokenizer import UNK, Vocab
@@ -28,11 +31,20 @@ log = logging.getLogger(__name__)
 
 def inherit_codes(data: DataConfig, stored: DataConfig, where: str) -> None:
     """Give `data` (the run's data config) the language codes of `stored` (those of the
-    checkpoint at `where`), its own entries overriding; then check that every language the run
-    reads or writes has a code. Changes `data` in place: the run's checkpoints store the codes,
-    so the commands that read them translate between the run's languages by their names."""
+    checkpoint at `where`), its own entries overriding, and the place the model reads them
+    (`code_style`: the model was trained so, whatever the run's data config says); then check
+    that every language the run reads or writes has a code. Changes `data` in place: the run's
+    checkpoints store the codes, so the commands that read them translate between the run's
+    languages by their names."""
     if not stored.language_codes:
         return
+    if data.code_style != stored.code_style:
+        log.info(
+            "data.code_style=%s from %s (where its model reads its codes)",
+            stored.code_style.value,
+            where,
+        )
+        data.code_style = stored.code_style
     own = dict(data.language_codes)
     data.language_codes = {**stored.language_codes, **own}
     languages = [data.src_lang, data.tgt_lang]
@@ -84,6 +96,9 @@ def code_prefixes(
     `tgt_lang`: their codes for a model with language codes, ([], []) for the others."""
     if not data.language_codes:
         return [], []
+    if data.code_style == CodeStyle.target_on_source:  # as TargetTags puts it at translation
+        _code(data, src_lang, vocab)
+        return spelled_code(vocab, data.language_codes[tgt_lang], _code(data, tgt_lang, vocab)), []
     return [_code(data, src_lang, vocab)], [_code(data, tgt_lang, vocab)]
 
 
@@ -97,3 +112,11 @@ def _code(data: DataConfig, lang: str, vocab: Vocab) -> int:
             f"data.language_codes.{lang}={piece!r}: the model's tokenizer has no such piece"
         )
     return i
+
+
+def spelled_code(vocab: Vocab, piece: str, code: int) -> list[int]:
+    """The ids sentencepiece cuts the code `piece` (of id `code`) into where it starts a text
+    ("▁", "<2de>": T5's tokenizers read "<2de> X" so, and MADLAD-400 was trained so), or the
+    code's id alone where they would not give the code as one piece."""
+    ids = vocab.encode([piece])[0]
+    return ids if ids and ids[-1] == code and UNK not in ids else [code]

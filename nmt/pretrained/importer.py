@@ -9,6 +9,7 @@ from nmt.data.starts import write_sentence_files
 from nmt.errors import NMTError
 from nmt.pretrained.m2m100 import import_m2m100
 from nmt.pretrained.marian import import_marian, locate, read_json
+from nmt.pretrained.t5 import import_t5
 from nmt.run_config import ImportRunConfig
 
 
@@ -20,18 +21,22 @@ def import_model(
 ) -> Path:
     """Write the model `source` (a directory, or a Hugging Face hub id) as the new checkpoint
     `out`: an M2M-100 (NLLB-200, M2M-100: model_type m2m_100) or an mBART-50 (mbart), both by
-    `nmt.pretrained.m2m100`, or a
-    Marian model (`nmt.pretrained.marian`, which names what it refuses). With `keep_text`
+    `nmt.pretrained.m2m100`, a T5 (t5, mt5: T5 v1.1, mT5, MADLAD-400) by `nmt.pretrained.t5`,
+    or a Marian model (`nmt.pretrained.marian`, which names what it refuses). With `keep_text`
     (files), only the pieces those texts need are kept (`nmt.pretrained.trimming`);
     `add_languages` adds language codes to a model that has codes (`m2m100.add_codes`)."""
     directory = locate(source)
-    if read_json(directory / "config.json").get("model_type") in ("m2m_100", "mbart"):
+    kind = read_json(directory / "config.json").get("model_type")
+    if kind in ("m2m_100", "mbart"):
         return import_m2m100(source, out, directory, keep_text, add_languages)
     if add_languages:
         raise NMTError(
-            "add_languages is for models that name their languages by code pieces (NLLB-200, "
-            "M2M-100); a Marian model's >>xx<< tags are pieces of its vocabulary"
+            "add_languages is for models that name their languages by added code pieces "
+            "(NLLB-200, M2M-100); a Marian model's >>xx<< tags and MADLAD-400's <2xx> are "
+            "pieces of its vocabulary"
         )
+    if kind in ("t5", "mt5"):
+        return import_t5(source, out, directory, keep_text)
     return import_marian(source, out, directory, keep_text)
 
 

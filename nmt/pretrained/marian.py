@@ -65,7 +65,9 @@ FILES = [
     "config.json", "generation_config.json", "model.safetensors", "pytorch_model.bin",
     "vocab.json", "source.spm", "target.spm", "tokenizer_config.json",
     "sentencepiece.bpe.model", "tokenizer.json",  # NLLB-200 / M2M-100 (nmt.pretrained.m2m100)
+    "spiece.model", "model.safetensors.index.json", "model-*-of-*.safetensors",  # T5, MADLAD
 ]  # fmt: skip
+SHARD_INDEX = "model.safetensors.index.json"  # a model saved in shards: tensor -> its file
 # per layer of each side: Hugging Face's sublayer -> nmt's (an attention's four projections, or a
 # linear / LayerNorm's weight and bias)
 LAYER_PARTS = {
@@ -174,9 +176,9 @@ def model_config(hf: dict) -> TransformerConfig:
     kind = hf.get("model_type")
     if kind != "marian":
         raise NMTError(
-            f"model_type={kind!r}: nmt-import reads Marian models (OPUS-MT, model_type 'marian') "
-            "and M2M-100's (NLLB-200, M2M-100, model_type 'm2m_100'); other architectures "
-            "(mBART, T5...) are not supported"
+            f"model_type={kind!r}: nmt-import reads Marian models (OPUS-MT, model_type 'marian'), "
+            "M2M-100's (NLLB-200, M2M-100: 'm2m_100'), mBART-50 ('mbart') and T5's (T5, mT5, "
+            "MADLAD-400: 't5', 'mt5'); other architectures are not supported"
         )
     refused, shape = bart_shape(hf, "swish")
     if not hf.get("share_encoder_decoder_embeddings", True):
@@ -265,40 +267,51 @@ def id_order(vocab: dict[str, int], hf: dict) -> tuple[list[int], list[str]]:
     return order, pieces
 
 
-class _SafeTensors:
-    """The tensors of a safetensors file, each read when taken (`pop`): the file is opened for
-    each, so that no mapping of the whole file stays in memory while the weights are converted."""
+class SafeTensors:
+    """The tensors of a safetensors file, or of the shards its index.json lists, each read when
+    taken (`pop`): its file is opened for each, so that no mapping of a whole file stays in
+    memory while the weights are converted."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, files: dict[str, Path]) -> None:
+        """`files`: tensor name -> the file holding it."""
+        self._files = dict(files)
+
+    @classmethod
+    def open(cls, path: Path) -> SafeTensors:
         from safetensors import safe_open
 
-        self._open = lambda: safe_open(str(path), framework="pt")
-        with self._open() as f:
-            self._keys = set(f.keys())
+        with safe_open(str(path), framework="pt") as f:
+            return cls(dict.fromkeys(f.keys(), path))
 
     def __contains__(self, key: str) -> bool:
-        return key in self._keys
+        return key in self._files
 
     def pop(self, key: str) -> Tensor:
-        self._keys.remove(key)
-        with self._open() as f:
+        from safetensors import safe_open
+
+        with safe_open(str(self._files.pop(key)), framework="pt") as f:
             return f.get_tensor(key)
 
 
-def read_weights(directory: Path) -> _SafeTensors | dict[str, Tensor]:
-    """The tensors of model.safetensors (with the safetensors library, each read when taken),
-    else of pytorch_model.bin (torch.load with weights_only=True): loading runs no code of the
-    file. `convert_weights` takes each tensor out as it converts it, so the import holds about
-    one copy of the weights at a time."""
-    safetensors = directory / "model.safetensors"
-    if safetensors.is_file():
+def read_weights(directory: Path) -> SafeTensors | dict[str, Tensor]:
+    """The tensors of model.safetensors, or of the shards model.safetensors.index.json names
+    (with the safetensors library, each read when taken), else of pytorch_model.bin (torch.load
+    with weights_only=True): loading runs no code of the file. `convert_weights` takes each
+    tensor out as it converts it, so the import holds about one copy of the weights at a time."""
+    safetensors, index = directory / "model.safetensors", directory / SHARD_INDEX
+    if safetensors.is_file() or index.is_file():
         try:
-            return _SafeTensors(safetensors)
+            if safetensors.is_file():
+                return SafeTensors.open(safetensors)
+            shards = read_json(index).get("weight_map", {})
+            return SafeTensors({key: directory / name for key, name in shards.items()})
         except ImportError as err:
             need = f"reading {safetensors} needs safetensors: pip install safetensors"
             raise NMTError(need) from err
+        except NMTError:
+            raise
         except Exception as err:  # a damaged header
-            raise NMTError(f"cannot read {safetensors}: {err}") from err
+            raise NMTError(f"cannot read the weights in {directory}: {err}") from err
     pickled = directory / "pytorch_model.bin"
     if not pickled.is_file():
         raise NMTError(f"{directory} has no model.safetensors or pytorch_model.bin")
@@ -309,7 +322,7 @@ def read_weights(directory: Path) -> _SafeTensors | dict[str, Tensor]:
 
 
 def convert_weights(
-    weights: _SafeTensors | dict[str, Tensor],
+    weights: SafeTensors | dict[str, Tensor],
     hf: dict,
     order: list[int],
     blocked: list[int],

@@ -19,7 +19,8 @@ import logging
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
-from nmt.config import DecodeConfig
+from nmt.config import CodeStyle, DecodeConfig
+from nmt.data.languages import spelled_code
 from nmt.errors import NMTError
 from nmt.language_codes import matches, resolve
 from nmt.tokenizer import EOS, UNK, Vocab, clean
@@ -165,7 +166,10 @@ class TargetTags:
     A model with language codes (`DataConfig.language_codes`: NLLB-200, M2M-100) reads the
     source language's code before each source (`ids`) and starts each translation with the
     target language's, forced and scored 0 as Hugging Face's forced_bos_token_id does
-    (`forced`).
+    (`forced`). With `CodeStyle.target_on_source` (MADLAD-400) the target language's code goes
+    before the source, tokenized as the model's sentencepiece tokenizes "<2de> " + text (the
+    code's own pieces: "▁", "<2de>"), and nothing is forced; a `src_lang` is checked and read
+    by no one.
 
     A language is asked for by the model's own name for it or by any other code of it
     (`nmt.language_codes`): `de` means an NLLB import's `deu_Latn`, `EN-US` the `en` of a model
@@ -177,13 +181,17 @@ class TargetTags:
         vocab: Vocab,
         codes: dict[str, str] | None = None,
         source: str | None = None,
+        style: CodeStyle = CodeStyle.source_and_target,
     ) -> None:
         """`tags`: target language -> its tag piece ({lang: None} for a model without target
         tags; None: the languages are unknown). With `codes` (language -> code piece), `tags`
-        names the default target language and `source` is the language of the sources. A tag
-        or code the vocabulary lacks fails here, not at the first translation."""
+        names the default target language and `source` is the language of the sources; `style`
+        says where the codes go. A tag or code the vocabulary lacks fails here, not at the first
+        translation."""
         self.tags = dict(tags or {})
         self.codes = dict(codes or {})
+        self.style = CodeStyle(style)
+        self._spelled: dict[int, list[int]] = {}  # target_on_source: a code's id -> its pieces
         self._ids: dict[str, int] = {}
         self._default: str | None = None
         self._source: list[int] = []
@@ -199,6 +207,11 @@ class TargetTags:
             self._names = tuple(first.values())
             if source is not None:
                 self._source = [self._code(source, "src_lang")]
+            if self.style == CodeStyle.target_on_source:
+                codes = self.codes
+                self._spelled = {
+                    i: spelled_code(vocab, codes[lang], i) for i, lang in first.items()
+                }
             return
         self._names = tuple(self.tags)
         for lang, tag in self.tags.items():
@@ -245,6 +258,10 @@ class TargetTags:
         (`src_lang`'s, else the translator's). An NMTError names the languages when `tgt_lang`
         or `src_lang` means none of them, when `tgt_lang` is None for a model with several, and
         when a model without codes is given `src_lang` (it reads no language before a source)."""
+        if self.codes and self.style == CodeStyle.target_on_source:
+            if src_lang is not None:
+                self._code(src_lang, "src_lang")  # a language the model does not know fails
+            return list(self._spelled[self._target_code(tgt_lang)])
         if self.codes:
             self.forced(tgt_lang)  # an unknown target fails here, before any work
             return list(self._source) if src_lang is None else [self._code(src_lang, "src_lang")]
@@ -272,6 +289,10 @@ class TargetTags:
         target language's code for a model with codes, nothing for the others."""
         if not self.codes:
             return []
+        code = self._target_code(tgt_lang)
+        return [] if self.style == CodeStyle.target_on_source else [code]
+
+    def _target_code(self, tgt_lang: str | None) -> int:
         if tgt_lang is None and self._default is None:
             raise NMTError("this model translates into many languages: say which with tgt_lang")
-        return [self._code(tgt_lang or self._default, "tgt_lang")]
+        return self._code(tgt_lang or self._default, "tgt_lang")

@@ -149,7 +149,9 @@ class Translator:
         self.lexicon = lexicon
         self.decode = decode or DecodeConfig()
         self.facts = facts or TextFacts()
-        self.tags = TargetTags(tags, vocabs.src, codes, self.facts.language)  # languages -> ids
+        self.tags = TargetTags(  # languages -> ids
+            tags, vocabs.src, codes, self.facts.language, self.facts.code_style
+        )
         self._checked: DecodeConfig | None = None  # the settings `check` last passed
         self.check(self.decode)
 
