@@ -6,30 +6,46 @@ decoder specs are filled from our state dict by a `Converter` subclass. How our 
 
 - `norm=pre` -> `pre_norm=True`, with our final encoder / decoder LayerNorm as the spec's final
   `layer_norm`; `norm=post` -> `pre_norm=False` (LayerNorm after each residual sum, no final one);
-  LayerNorm epsilon 1e-5 (PyTorch's default) in the model config.
+  `norm_type=rms` -> `rms_norm=True` (a gamma, no beta); `norm_eps` is the model config's
+  `layer_norm_epsilon`, one for every norm (the embeddings' LayerNorm of `embed_norm` keeps
+  PyTorch's 1e-5: another `norm_eps` beside it is refused).
 - positions: CTranslate2's built-in sinusoids differ from ours (sin and cos halves instead of
   interleaved, positions from 1), so the encodings always go in as a table: our sinusoids for
   `max(max_positions, 1024)` positions, or the learned table. Our learned positions reuse the last
   row past `max_positions`; CTranslate2 cannot, so `decode_options` caps the lengths there.
+  `positions=relative` (T5) -> `relative_attention_bias=True`: no position table, each side's
+  (buckets, heads) table in every self-attention of that side (stored once), with
+  `relative_max_distance`; CTranslate2 reads the bucket count from the table, the encoder's
+  bidirectional and the decoder's causal as ours.
 - `embed_norm` (mBART's `layernorm_embedding`) -> the spec's `layernorm_embedding`, applied after
   the scaled embedding plus positions, as ours is.
 - `scale_embeddings` -> the spec's `scale_embeddings` (sqrt(d_model)); shared embeddings and a tied
   output projection are the same array in several places (CTranslate2 stores it once).
 - attention: our fused key/value projection is the spec's fused [K; V] linear of cross-attention;
-  self-attention gets [Q; K; V]; queries scaled by 1/sqrt(d/h) as CTranslate2 does.
-- activation relu -> RELU, gelu (exact, erf) -> GELU, swish -> SWISH.
+  self-attention gets [Q; K; V]; queries scaled by 1/sqrt(d/h) as CTranslate2 does, or by
+  `queries_scale` = 1/sqrt(head_size) (`head_size` set: also the spec's `head_dim`, as h k may
+  differ from d) or 1 (`scale_attention=false`). `bias=false`: linears without a bias.
+- activation relu -> RELU, gelu (exact, erf) -> GELU, gelu_tanh -> GELUTanh, swish -> SWISH;
+  `gated` (act(a) * b of the halves of feed_forward.0) -> `ffn_glu=True`: the first half is
+  `linear_0` (activated), the second `linear_0_noact`.
+- an output layer of its own (`tie_output=false`: T5 v1.1, mT5, MADLAD-400) is the spec's
+  projection, its bias (BOS blocked) included.
 - vocabularies: the sentencepiece pieces in id order; special tokens by their pieces;
   `add_source_eos=True` (our sources end with EOS), decoding starts from BOS. An NLLB-200 /
   M2M-100 import's BOS row is `</s>`'s (decoding starts from it) under the name `<s>`, which
   Hugging Face's own `<s>` (a later id) also has: CTranslate2 reads a name as its first id, BOS.
   Its language codes: `CT2Translator` puts the source's code before each source and gives the
-  target's as `target_prefix`, as nmt's search forces it.
+  target's as `target_prefix`, as nmt's search forces it. A T5-family import (MADLAD-400,
+  `code_style=target_on_source`) starts from BOS, the row of T5's `<pad>`, named `<s>`; its
+  target's code goes first on the source, in the pieces sentencepiece spells it with ("▁",
+  "<2de>"), and no `target_prefix` (`TargetTags.ids` / `forced` decide both).
 
 Recurrent checkpoints are refused (CTranslate2 has no recurrent attention decoders): use onnx.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +57,7 @@ from nmt.config import (
     LengthPenalty,
     ModelConfig,
     Norm,
+    NormType,
     Positions,
     RNNConfig,
     Strategy,
@@ -53,9 +70,12 @@ from nmt.tokenizer import BOS, EOS, UNK, Vocab, Vocabs, clean
 from nmt.translation.inputs import length_batches
 from nmt.translation.request import Request, prepare
 
-LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, which the model uses
+LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, which the embeddings' LayerNorm uses
 # model.activation -> CTranslate2's common_spec.Activation member
-ACTIVATIONS = {Activation.relu: "RELU", Activation.gelu: "GELU", Activation.swish: "SWISH"}
+ACTIVATIONS = {
+    Activation.relu: "RELU", Activation.gelu: "GELU", Activation.swish: "SWISH",
+    Activation.gelu_tanh: "GELUTanh",
+}  # fmt: skip
 MIN_SINUSOID_ROWS = 1024  # decode.max_src_pieces' default; more when max_positions is larger
 # CTranslate2's beam search with length_penalty=0 ends a sentence as soon as its top beam ends;
 # ours ends it when beam_size hypotheses have ended (as CTranslate2 does with any penalty). A
@@ -84,6 +104,12 @@ def check_convertible(cfg: ModelConfig) -> None:
         raise NMTError(f"format=ctranslate2: unknown model.arch {cfg.arch!r}")
     if cfg.activation not in ACTIVATIONS:  # a value added later
         raise NMTError(f"format=ctranslate2: model.activation={cfg.activation.value} unsupported")
+    if cfg.embed_norm and cfg.norm_eps != LAYER_NORM_EPS:
+        raise NMTError(
+            f"format=ctranslate2: model.norm_eps={cfg.norm_eps} with model.embed_norm=true "
+            f"(whose LayerNorm has epsilon {LAYER_NORM_EPS}): CTranslate2 has one epsilon for "
+            "every norm"
+        )
 
 
 def write_ctranslate2(ckpt: Checkpoint, out: Path, quantization: str | None = None) -> dict:
@@ -112,6 +138,8 @@ def write_ctranslate2(ckpt: Checkpoint, out: Path, quantization: str | None = No
 def _position_rows(cfg: TransformerConfig) -> int:
     if cfg.positions == Positions.learned:
         return cfg.max_positions
+    if cfg.positions == Positions.relative:
+        return 0  # no table
     return max(cfg.max_positions, MIN_SINUSOID_ROWS)
 
 
@@ -125,22 +153,37 @@ def build_spec(ckpt: Checkpoint):
     weights = {k: v.detach().float().cpu().numpy() for k, v in ckpt.payload["model"].items()}
     activation = getattr(common_spec.Activation, ACTIVATIONS[cfg.activation])
     pre = cfg.norm == Norm.pre
+    relative = cfg.positions == Positions.relative
     # embed_norm (mBART's layernorm_embedding): CTranslate2 normalises after the scaled
     # embedding plus positions, as nmt's Embedding does
     side = {"pre_norm": pre, "activation": activation, "layernorm_embedding": cfg.embed_norm}
+    # the T5 options only where set: the spec of every other model stays as it was
+    side |= {"relative_attention_bias": True} if relative else {}
+    side |= {"ffn_glu": True} if cfg.gated else {}
+    side |= {"rms_norm": True} if cfg.norm_type == NormType.rms else {}
+    side |= {"head_dim": cfg.head_size} if cfg.head_size is not None else {}
     encoder = transformer_spec.TransformerEncoderSpec(cfg.encoder_layers, cfg.heads, **side)
     decoder = transformer_spec.TransformerDecoderSpec(cfg.decoder_layers, cfg.heads, **side)
     _fill_side(encoder, weights, "encoder", cfg, encoder.embeddings[0])
     _fill_side(decoder, weights, "decoder", cfg, decoder.embeddings)
+    scale = _queries_scale(cfg)
     for i, layer in enumerate(encoder.layer):
         w = _scope(weights, f"encoder.layers.{i}.")
-        _self_attention(layer.self_attention, w, "attention.", "sub_attention.norm.")
-        _feed_forward(layer.ffn, w)
+        _self_attention(layer.self_attention, w, "attention.", "sub_attention.norm.", scale)
+        _feed_forward(layer.ffn, w, cfg.gated)
     for i, layer in enumerate(decoder.layer):
         w = _scope(weights, f"decoder.layers.{i}.")
-        _self_attention(layer.self_attention, w, "self_attention.", "sub_self.norm.")
-        _cross_attention(layer.attention, w)
-        _feed_forward(layer.ffn, w)
+        _self_attention(layer.self_attention, w, "self_attention.", "sub_self.norm.", scale)
+        _cross_attention(layer.attention, w, scale)
+        _feed_forward(layer.ffn, w, cfg.gated)
+    if relative:  # one table per side, in each of its self-attentions (CTranslate2 stores it once)
+        for name, spec_side in (("encoder", encoder), ("decoder", decoder)):
+            table = weights[f"{name}.relative.table.weight"]
+            for layer in spec_side.layer:
+                layer.self_attention.relative_attention_bias = table
+                layer.self_attention.relative_attention_max_distance = np.int32(
+                    cfg.relative_max_distance
+                )
     # the target's rows: a table shared with the source holds them first (prune_vocabs), and a
     # tied projection is that table (TiedProjection keeps only the bias)
     rows = len(ckpt.vocabs.tgt)
@@ -150,7 +193,7 @@ def build_spec(ckpt: Checkpoint):
     _linear(decoder.projection, {k: v[:rows] for k, v in projection.items()})
 
     spec = transformer_spec.TransformerSpec(encoder, decoder)
-    spec.config.layer_norm_epsilon = LAYER_NORM_EPS
+    spec.config.layer_norm_epsilon = cfg.norm_eps
     pieces = _pieces(ckpt.vocabs.tgt)
     spec.config.unk_token = pieces[UNK]
     spec.config.bos_token = pieces[BOS]
@@ -173,18 +216,31 @@ def _fill_side(side, weights: dict, name: str, cfg: TransformerConfig, embedding
     embeddings.weight = w["embed.table.weight"]
     side.scale_embeddings = bool(cfg.scale_embeddings)
     if cfg.positions == Positions.learned:
-        table = w["embed.learned.weight"]
-    else:
+        side.position_encodings.encodings = w["embed.learned.weight"]
+    elif cfg.positions != Positions.relative:  # relative: the attention's (no table here)
         table = sinusoids(_position_rows(cfg), cfg.d_model, layout=cfg.positions).numpy()
-    side.position_encodings.encodings = table
+        side.position_encodings.encodings = table
     if cfg.embed_norm:
         _layer_norm(side.layernorm_embedding, _scope(w, "embed.norm."))
     if cfg.norm == Norm.pre:
         _layer_norm(side.layer_norm, _scope(w, "norm."))
 
 
+def _queries_scale(cfg: TransformerConfig) -> float | None:
+    """The attention's `queries_scale`: None (CTranslate2's own 1/sqrt(d/h)) unless the model
+    scales otherwise (`scale_attention=false`: 1; `head_size`: 1/sqrt(head_size))."""
+    if not cfg.scale_attention:
+        return 1.0
+    if cfg.head_size is not None:
+        return 1 / math.sqrt(cfg.head_size)
+    return None
+
+
 def _layer_norm(spec, w: dict) -> None:
-    spec.gamma, spec.beta = w["weight"], w["bias"]
+    """A LayerNorm's gamma and beta, or an RMSNorm's gamma alone."""
+    spec.gamma = w["weight"]
+    if "bias" in w:
+        spec.beta = w["bias"]
 
 
 def _linear(spec, w: dict) -> None:
@@ -193,27 +249,39 @@ def _linear(spec, w: dict) -> None:
         spec.bias = w["bias"]
 
 
-def _self_attention(spec, w: dict, attention: str, norm: str) -> None:
-    """linear[0] = fused [Q; K; V], linear[1] = output; the sublayer's LayerNorm."""
+def _self_attention(spec, w: dict, attention: str, norm: str, scale: float | None) -> None:
+    """linear[0] = fused [Q; K; V], linear[1] = output; the sublayer's norm."""
     a = _scope(w, attention)
     spec.linear[0].weight = np.concatenate([a["q.weight"], a["kv.weight"]])
-    spec.linear[0].bias = np.concatenate([a["q.bias"], a["kv.bias"]])
+    if "q.bias" in a:  # bias=false: none
+        spec.linear[0].bias = np.concatenate([a["q.bias"], a["kv.bias"]])
     _linear(spec.linear[1], _scope(a, "out."))
     _layer_norm(spec.layer_norm, _scope(w, norm))
+    if scale is not None:
+        spec.queries_scale = np.float32(scale)
 
 
-def _cross_attention(spec, w: dict) -> None:
+def _cross_attention(spec, w: dict, scale: float | None) -> None:
     """linear[0] = Q, linear[1] = fused [K; V] (our kv layout), linear[2] = output."""
     a = _scope(w, "cross_attention.")
     _linear(spec.linear[0], _scope(a, "q."))
     _linear(spec.linear[1], _scope(a, "kv."))
     _linear(spec.linear[2], _scope(a, "out."))
     _layer_norm(spec.layer_norm, _scope(w, "sub_cross.norm."))
+    if scale is not None:
+        spec.queries_scale = np.float32(scale)
 
 
-def _feed_forward(spec, w: dict) -> None:
-    """FeedForward = Sequential(Linear, activation, Dropout, Linear)."""
-    _linear(spec.linear_0, _scope(w, "feed_forward.0."))
+def _feed_forward(spec, w: dict, gated: bool = False) -> None:
+    """FeedForward = Sequential(Linear, activation, Dropout, Linear); gated, the first linear's
+    rows are [a; b] of act(a) * b: a is CTranslate2's `linear_0`, b its `linear_0_noact`."""
+    first = _scope(w, "feed_forward.0.")
+    if gated:
+        halves = {k: np.split(v, 2) for k, v in first.items()}
+        _linear(spec.linear_0, {k: v[0] for k, v in halves.items()})
+        _linear(spec.linear_0_noact, {k: v[1] for k, v in halves.items()})
+    else:
+        _linear(spec.linear_0, first)
     _linear(spec.linear_1, _scope(w, "feed_forward.3."))
     _layer_norm(spec.layer_norm, _scope(w, "sub_ff.norm."))
 

@@ -28,12 +28,14 @@ import numpy as np
 import torch
 
 from nmt.checkpoint import Checkpoint, load_checkpoint
+from nmt.config import CodeStyle
+from nmt.data.languages import spelled_code
 from nmt.errors import NMTError
 from nmt.export.graphs import Graphs, TensorSpec, export_graphs
 from nmt.export.runtime import MANIFEST
 from nmt.models import restore_model
 from nmt.run_config import ExportFormat, ExportRunConfig, flatten
-from nmt.tokenizer import BOS, EOS, M2M_FILES, PAD, UNK, MarianVocab, Vocabs
+from nmt.tokenizer import BOS, EOS, M2M_FILES, PAD, T5_FILES, UNK, MarianVocab, Vocabs
 
 GRAPH_FILES = {
     ExportFormat.onnx: ("encoder.onnx", "decoder_step.onnx"),
@@ -110,7 +112,8 @@ def _common_manifest(ckpt: Checkpoint, fmt: ExportFormat) -> dict:
             "tgt": vocabs.tgt.path.name,
             "joint": vocabs.joint,
             # "marian": an imported Marian tokenizer (`MarianVocab`), whose *_pieces is its list;
-            # "m2m": an NLLB-200 / M2M-100 / mBART-50 one, whose pieces file also lists the codes
+            # "m2m": an NLLB-200 / M2M-100 / mBART-50 one, whose pieces file also lists the codes;
+            # "t5": a T5-family one (spiece.model, pieces.t5.json: codes and sentinels hidden)
             "kind": _tokenizer_kind(vocabs),
             # pruned sides: id i is the sentencepiece id on line i of this file (id, tab, piece)
             "src_pieces": None if vocabs.src.kept_path is None else vocabs.src.kept_path.name,
@@ -124,6 +127,11 @@ def _common_manifest(ckpt: Checkpoint, fmt: ExportFormat) -> dict:
         "target_tags": ckpt.config.data.target_tags(),
         # a model with language codes: language -> code piece, and the sources' default language
         "language_codes": dict(ckpt.config.data.language_codes),
+        # where the codes go: source_and_target (NLLB: the source's before it, the target's
+        # forced first), target_on_source (MADLAD-400: the target's before the source)
+        "code_style": ckpt.config.data.code_style.value,
+        # target_on_source only: language -> the pieces its code is put before a source as
+        **_code_pieces(ckpt),
         "src_lang": ckpt.config.data.src_lang,
         "special_ids": ids,
         "special_pieces": {k: vocabs.tgt.id_to_piece([i])[0] for k, i in ids.items()},
@@ -145,25 +153,72 @@ def _common_manifest(ckpt: Checkpoint, fmt: ExportFormat) -> dict:
     }
 
 
+def _code_pieces(ckpt: Checkpoint) -> dict[str, dict[str, list[str]]]:
+    """{"code_pieces": a target_on_source model's languages -> the pieces of their code before a
+    source, as `nmt.translation.inputs.TargetTags` puts them ("▁", "<2de>")}; {} for others."""
+    data = ckpt.config.data
+    if not data.language_codes or data.code_style != CodeStyle.target_on_source:
+        return {}
+    vocab = ckpt.vocabs.src
+    spelled = {
+        lang: vocab.id_to_piece(spelled_code(vocab, piece, vocab.piece_to_id(piece)))
+        for lang, piece in data.language_codes.items()
+    }
+    return {"code_pieces": spelled}
+
+
+def _target_on_source(manifest: dict) -> tuple[str, list[str]] | None:
+    """(a target language, the pieces of its code) of a target_on_source export, else None."""
+    spelled = manifest.get("code_pieces")
+    if not manifest.get("language_codes") or not spelled:
+        return None
+    lang = next(iter(manifest.get("target_tags") or {}), None)
+    lang = lang if lang in spelled else next(iter(spelled))
+    return lang, spelled[lang]
+
+
+def _tokenize_note(manifest: dict) -> str:
+    tok = manifest["tokenizer"]
+    if not tok.get("src_pieces"):
+        return f"Tokenize with its {tok['src']}.\n"
+    return (
+        f"Tokenize with its {tok['src']} and map the pieces through {tok['src_pieces']} "
+        "(nmt.tokenizer.load_vocabs(DIR)).\n"
+    )
+
+
 def _codes_note(manifest: dict) -> str:
     """How a CTranslate2 export of a model with language codes is called (none for others)."""
     codes = manifest.get("language_codes")
     if not codes:
         return ""
+    target = _target_on_source(manifest)
+    if target is not None:  # MADLAD-400: the target's code first on the source, nothing forced
+        lang, pieces = target
+        return (
+            "\nThis model reads the target language's code first on the source, in the pieces "
+            "its sentencepiece model cuts the code into at the start of a text (`code_pieces` in "
+            f"the manifest: {pieces} for {lang}), and nothing is forced on the target: "
+            f"`translator.translate_batch([[{', '.join(map(repr, pieces))}, *pieces[0]]])`, "
+            "without target_prefix; the output has no code. nmt.export.ct2.CT2Translator does "
+            f"it: `CT2Translator(DIR).translate(texts, tgt_lang='{lang}')`, languages as the "
+            "manifest's `language_codes` names them. " + _tokenize_note(manifest)
+        )
     src = _source_code(manifest)
     return (
         "\nThis model reads the source's language code before its pieces and starts each "
         "translation with the target's (`language_codes` in the manifest; nmt.export.ct2."
         f"CT2Translator does both): `translator.translate_batch([['{src}', *pieces[0]]], "
         "target_prefix=[[TARGET_CODE]])`, and the code is the first piece of the output. "
-        "Tokenize with its sentencepiece.bpe.model and map the pieces through pieces.m2m.json "
-        "(nmt.tokenizer.load_vocabs(DIR)).\n"
+        + _tokenize_note(manifest)
     )
 
 
 def _tokenizer_kind(vocabs: Vocabs) -> str:
     if vocabs.src.kept_path is not None and vocabs.src.kept_path.name == M2M_FILES["pieces"]:
         return "m2m"
+    if vocabs.src.kept_path is not None and vocabs.src.kept_path.name == T5_FILES["pieces"]:
+        return "t5"
     return "marian" if isinstance(vocabs.src, MarianVocab) else "sentencepiece"
 
 
@@ -307,6 +362,18 @@ def _graphs_codes_note(manifest: dict) -> str:
     codes = manifest.get("language_codes")
     if not codes:
         return ""
+    target = _target_on_source(manifest)
+    if target is not None:  # MADLAD-400: the target's code first on the source, nothing forced
+        lang, pieces = target
+        return (
+            "\nThis model reads the target language's code first on the source, in the pieces "
+            "its sentencepiece model cuts the code into at the start of a text (`code_pieces` in "
+            f"the manifest: {pieces} for {lang}), and nothing is forced on the target "
+            f"(ExportedTranslator does it: `ExportedTranslator(DIR).translate(texts, "
+            f"tgt_lang='{lang}')`, languages as the manifest's `language_codes` names them). By "
+            "hand: `src` is the ids of those pieces, then the text's pieces and EOS; the first "
+            "step is fed BOS and the model chooses every output.\n"
+        )
     return (
         "\nThis model reads the source's language code before its pieces and starts each "
         "translation with the target's (`language_codes` in the manifest; ExportedTranslator "

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nmt.config import DecodeConfig, Precision, Strategy
+from nmt.config import CodeStyle, DecodeConfig, Precision, Strategy
 from nmt.errors import NMTError
 from nmt.tokenizer import BOS, EOS, PAD, MarianVocab, Vocab, Vocabs, clean, load_vocabs
 from nmt.translation.inputs import Sources, TargetTags, length_batches, prefix_ids
@@ -233,14 +233,15 @@ def manifest_tags(manifest: dict, vocab: Vocab, src_lang: str | None = None) -> 
     codes reads `src_lang`'s (None: the manifest's src_lang) before each source."""
     codes = manifest.get("language_codes")
     source = (src_lang or manifest.get("src_lang")) if codes else None
-    return TargetTags(manifest.get("target_tags"), vocab, codes, source)
+    style = CodeStyle(manifest.get("code_style", CodeStyle.source_and_target))
+    return TargetTags(manifest.get("target_tags"), vocab, codes, source, style)
 
 
 def manifest_vocabs(directory: Path, manifest: dict) -> tuple[Vocab, Vocab]:
     """The source and target vocabularies of an export directory, as its manifest names them
     (pruned ones through their `*_pieces` files)."""
     tokenizer = manifest["tokenizer"]
-    if tokenizer.get("kind") == "m2m":  # one tokenizer and piece list for both sides
+    if tokenizer.get("kind") in ("m2m", "t5"):  # one tokenizer and piece list for both sides
         both = load_vocabs(directory)
         return both.src, both.tgt
     vocabs = []

@@ -1,6 +1,13 @@
 """The Transformer's encoder and decoder-step graphs (see `nmt.export.graphs`): positions read from
 tensor sizes instead of Python ints, and a self-attention cache that grows by concatenation
-instead of being written in place."""
+instead of being written in place.
+
+T5's options (`nmt.models.transformer`) are the model's own modules, reused as they are (RMSNorm,
+the gated feed-forward, no biases, unscaled attention, heads of `head_size`), except the relative
+positions (`positions=relative`): their biases are computed here from the offsets key - query read
+from tensor sizes (`relative_bias`), with the model's own buckets and table: the encoder's over
+the whole source, the step's for the new position (the caches' length) against every position
+decoded so far, added to the self-attention's energies."""
 
 from __future__ import annotations
 
@@ -12,7 +19,7 @@ from torch import Tensor, nn
 from nmt.config import Positions
 from nmt.export.graphs.spec import GraphSpec, TensorSpec
 from nmt.models.seq2seq import Seq2Seq
-from nmt.models.transformer import TransformerDecoder, TransformerEncoder
+from nmt.models.transformer import RelativePositions, TransformerDecoder, TransformerEncoder
 from nmt.tokenizer import PAD
 
 
@@ -54,8 +61,18 @@ class Positional(nn.Module):
 def _embed(embed: nn.Module, positional: Positional, tokens: Tensor, offset: int) -> Tensor:
     """tokens (B, T) -> (B, T, d), as `Embedding.forward` in eval mode."""
     x = embed.table(tokens) * embed.scale
-    x = x + positional(offset, tokens.size(1)).to(x.dtype)
+    if embed.layout != Positions.relative:  # relative positions are the attention's
+        x = x + positional(offset, tokens.size(1)).to(x.dtype)
     return x if embed.norm is None else embed.norm(x)
+
+
+def relative_bias(relative: RelativePositions, queries: Tensor, keys: Tensor) -> Tensor:
+    """`RelativePositions.forward` for positions given as tensors (a trace keeps their sizes
+    variable): queries (Q,) and keys (K,) positions -> biases (1, h, Q, K). Detached: a mask
+    that requires grad sends torch.export's scaled_dot_product_attention down another kernel
+    than its decomposition for ONNX, whose output layout then differs (the export fails)."""
+    offset = keys[None, :] - queries[:, None]
+    return relative.table(relative.buckets(offset)).permute(2, 0, 1).unsqueeze(0).detach()
 
 
 class TransformerEncoderGraph(nn.Module):
@@ -70,6 +87,11 @@ class TransformerEncoderGraph(nn.Module):
     def forward(self, src: Tensor) -> tuple[Tensor, ...]:
         src_mask = src != PAD
         mask = src_mask[:, None, None, :]
+        relative = self.encoder.relative
+        if relative is not None:  # (B, h, S, S): the positions' biases, padding -inf
+            positions = torch.arange(src.size(1), device=src.device)
+            bias = relative_bias(relative, positions, positions)
+            mask = bias.masked_fill(~mask, float("-inf"))
         x = _embed(self.encoder.embed, self.positional, src, 0)
         for layer in self.encoder.layers:
             x = layer(x, mask)
@@ -100,16 +122,25 @@ class TransformerStepGraph(nn.Module):
         src_mask: Tensor,
     ) -> tuple[Tensor, ...]:
         position = self_keys.size(3)  # positions decoded so far = the new token's position
+        if self.decoder.relative is not None and not torch.jit.is_tracing():
+            # one batch: torch.export cannot tell the rows of `prev` from the sentences of the
+            # cross-attention keys here, and would keep a (rows // sentences) query axis (a
+            # TorchScript trace has no such symbols: its sizes are tensors, not bools)
+            torch._check(prev.size(0) == cross_keys.size(1))
         x = _embed(self.decoder.embed, self.positional, prev.unsqueeze(1), position)  # (B, 1, d)
         keys, values, maps = [], [], []
         mask = src_mask[:, None, None, :]
+        bias = None  # relative positions: (1, h, 1, P+1), the new position against all so far
         for i, layer in enumerate(self.decoder.layers):
             # DecoderLayer.forward with an appended (instead of preallocated) cache
             y = layer.sub_self.input(x)
             k, v = layer.self_attention.project_kv(y)
             k = torch.cat([self_keys[i], k], dim=2)
             v = torch.cat([self_values[i], v], dim=2)
-            x = layer.sub_self.output(x, layer.self_attention(y, k, v)[0])
+            if self.decoder.relative is not None and bias is None:
+                seen = torch.arange(k.size(2), device=k.device)  # positions 0 .. P
+                bias = relative_bias(self.decoder.relative, seen[-1:], seen)
+            x = layer.sub_self.output(x, layer.self_attention(y, k, v, bias)[0])
             y, w = layer.cross_attention(
                 layer.sub_cross.input(x), cross_keys[i], cross_values[i], mask, need_weights=True
             )
@@ -131,8 +162,7 @@ def _positional(module: TransformerEncoder | TransformerDecoder) -> Positional:
 def transformer_spec(model: Seq2Seq) -> GraphSpec:
     dec = model.decoder
     layers, heads = len(dec.layers), dec.layers[0].cross_attention.heads
-    d = dec.embed.table.embedding_dim
-    k = d // heads
+    k = dec.layers[0].cross_attention.q.out_features // heads  # head_size, or d / h
     cache: list[int | str] = [layers, "batch", heads, "steps", k]
     cross: list[int | str] = [layers, "batch", heads, "src_len", k]
     new_cache: list[int | str] = [layers, "batch", heads, "steps+1", k]
