@@ -155,10 +155,12 @@ def merged_weights(
     return out
 
 
-def load_checkpoint(path: str | Path) -> Checkpoint:
+def load_checkpoint(path: str | Path, mmap: bool = False) -> Checkpoint:
     """Read and check a checkpoint directory (or its ckpt.pt); each failure is one NMTError. A
     LoRA run's checkpoint (its payload holds `adapters` and `lora`, no `model`) is read with its
-    base's weights and the adapters merged into them as `payload["model"]`."""
+    base's weights and the adapters merged into them as `payload["model"]`. With `mmap`, the
+    tensors are views of the file mapped into memory, read when touched (an int8 translator
+    quantizes them one at a time, `nmt.models.int8.give_back`)."""
     path = Path(path)
     if path.name == CKPT_FILE:
         path = path.parent
@@ -167,7 +169,7 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     if not (path / CKPT_FILE).is_file():
         raise NMTError(f"{path} is not a checkpoint directory (no {CKPT_FILE} in it)")
     try:
-        payload = torch.load(path / CKPT_FILE, map_location="cpu", weights_only=True)
+        payload = torch.load(path / CKPT_FILE, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as err:  # torch raises many types for damaged files
         first = str(err).split(". ")[0]  # torch goes on with a paragraph of advice
         raise NMTError(f"cannot read {path / CKPT_FILE} (corrupt or truncated?): {first}") from err

@@ -34,11 +34,20 @@ embedding tables (looked up in fp32; a tied output layer multiplies its own int8
 rows), layer norms, biases, and the whole of a recurrent model (its per-piece tables are built from
 the fp32 weights whenever those change). Such a model scores in int8 too: a Transformer's teacher
 forcing runs the products of its int8 step.
+
+Such a translator maps its checkpoint's file instead of reading it (`load_checkpoint(mmap=True)`)
+and gives each fp32 weight's pages back to the system once its int8 form is made (`give_back`):
+the fp32 model is never in memory whole, so loading peaks near the int8 model's size, not the fp32
+one's (on a MADLAD-400-3B-shaped T5, docs/pretrained.md). What stays fp32 is then copied out of the
+mapping, so that nothing reads the file after loading.
 """
 
 from __future__ import annotations
 
 import copy
+import ctypes
+import mmap
+import sys
 import weakref
 
 import torch
@@ -157,14 +166,21 @@ def quantize(model: nn.Module, keep_fp32: bool = True) -> nn.Module:
         model = copy.deepcopy(model, memo=shared)
     model.eval()
     drop = not keep_fp32 and not reads_fp32(model)
+    mapped = _file_mappings() if drop else []
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
             if type(child) is nn.Linear:
                 product = Int8Linear(child)
                 if drop:  # at once, layer by layer: the peak stays the fp32 model's
+                    give_back(child.weight, mapped)
                     product.weight = None
                     child.weight = None
                 setattr(module, name, product)
+    if mapped:  # what stays fp32 leaves the file: nothing reads a mapping after loading
+        with torch.no_grad():
+            for tensor in (*model.parameters(), *model.buffers()):
+                if _within(tensor, mapped):
+                    tensor.data = tensor.data.clone()
     for module in model.modules():
         if hasattr(module, "use_int8"):  # the decoders' own products (read no dropped weight)
             module.use_int8()
@@ -177,6 +193,48 @@ def reads_fp32(model: nn.Module) -> bool:
     decoder's piece tables and step products, `int8_reads_fp32`): its fp32 weights are kept, and
     its teacher forcing is not its int8 step."""
     return any(getattr(m, "int8_reads_fp32", False) for m in model.modules())
+
+
+def _file_mappings() -> list[tuple[int, int]]:
+    """The address ranges of this process's file mappings (Linux's /proc/self/maps; none
+    elsewhere): where a checkpoint read with mmap=True has its tensors."""
+    if not sys.platform.startswith("linux"):
+        return []
+    ranges = []
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            for line in maps:
+                fields = line.split(maxsplit=5)
+                if len(fields) == 6 and fields[5].startswith("/") and fields[4] != "0":
+                    start, end = fields[0].split("-")
+                    ranges.append((int(start, 16), int(end, 16)))
+    except OSError:
+        return []
+    return ranges
+
+
+def _within(tensor: Tensor | None, ranges: list[tuple[int, int]]) -> bool:
+    if tensor is None or tensor.device.type != "cpu" or not tensor.numel():
+        return False
+    start = tensor.data_ptr()
+    end = start + tensor.numel() * tensor.element_size()
+    return any(low <= start and end <= high for low, high in ranges)
+
+
+def give_back(weight: Tensor | None, mapped: list[tuple[int, int]]) -> None:
+    """Return the memory pages of `weight`, a tensor about to be dropped that lies in a file
+    mapping (`mapped`: a checkpoint read with mmap=True), to the system (madvise DONTNEED):
+    read once to make its int8 form, its pages would otherwise stay resident as long as any
+    other tensor of the file is mapped. Clean pages of a file mapping are read again from the
+    file if touched, so this loses nothing; a tensor not in a file mapping is left alone."""
+    if not _within(weight, mapped):
+        return
+    page = mmap.PAGESIZE
+    start = -(-weight.data_ptr() // page) * page  # whole pages inside the tensor only
+    end = (weight.data_ptr() + weight.numel() * weight.element_size()) // page * page
+    if end > start:
+        libc = ctypes.CDLL(None)
+        libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), 4)  # MADV_DONTNEED
 
 
 def holds_int8(model: nn.Module) -> bool:

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from nmt.checkpoint import Checkpoint, load_checkpoint
-from nmt.config import DecodeConfig, Precision
+from nmt.config import CodeStyle, DecodeConfig, Precision
 from nmt.data.starts import SentenceEdges, read_edges, read_starts
 from nmt.device import resolve_device
 from nmt.lexicon import Lexicon
@@ -41,13 +41,15 @@ class TextFacts:
     - `edges`: how often words start and end them, for cutting a sentence the model skipped part
       of (`nmt.documents.recovery`); empty for an import or a checkpoint from before them;
     - `taught`: (layer, head) of the cross-attention trained to align (train.guided_alignment),
-      where word alignments are read; None for attention not trained so, and for an ensemble.
+      where word alignments are read; None for attention not trained so, and for an ensemble;
+    - `code_style`: where a model with language codes reads them (data.code_style).
     """
 
     language: str | None = None
     starts: frozenset[str] = frozenset()
     edges: SentenceEdges = field(default_factory=SentenceEdges)
     taught: tuple[int, int] | None = None
+    code_style: CodeStyle = CodeStyle.source_and_target
 
     @classmethod
     def read(cls, ckpt: Checkpoint, language: str | None = None) -> TextFacts:
@@ -59,6 +61,7 @@ class TextFacts:
             read_starts(ckpt.path),
             read_edges(ckpt.path),
             (guided.layer, guided.head) if guided.weight else None,
+            ckpt.config.data.code_style,
         )
 
 
@@ -118,7 +121,10 @@ def load_parts(
         facts = replace(TextFacts.read(first, src_lang), taught=None)
     else:
         take = not isinstance(ckpts[0], Checkpoint)  # loaded here for this model alone
-        first = load_checkpoint(ckpts[0]) if take else ckpts[0]
+        # int8 alone: the file mapped, each weight read once to quantize it (nmt.models.int8)
+        int8_alone = take and (decode or DecodeConfig()).precision == Precision.int8
+        int8_alone = int8_alone and dev.type == "cpu"
+        first = load_checkpoint(ckpts[0], mmap=int8_alone) if take else ckpts[0]
         model = restore_model(first, dev, take)
         settings = decode or first.config.decode
         if take and settings.precision == Precision.int8 and dev.type == "cpu":
