@@ -3,6 +3,7 @@ nllb-200-distilled-600M's, printed as JSON.
 
     python scripts/bench_import.py                      # a random-weight opus-mt-de-en twin
     python scripts/bench_import.py --kind nllb          # a random-weight NLLB-600M twin
+    python scripts/bench_import.py --kind madlad        # a random-weight MADLAD-400-3B twin
     python scripts/bench_import.py --source DIR         # a directory of your own
 
 Without --source, a MarianMTModel with OPUS-MT de-en's shape (6+6 layers, d 512, 8 heads, ff
@@ -16,6 +17,12 @@ interpreter with torch and nmt loaded), beside the size of the weights file.
 The NLLB twin (`--kind nllb`: an M2M100ForConditionalGeneration of 12+12 layers, d 1024, 16 heads,
 ff 4096, ReLU, 256,203 pieces: 615M parameters) has a sentencepiece model trained on --text and a
 tokenizer.json listing its pieces, 202 language codes and <mask>, as NLLB's does.
+
+The MADLAD twin (`--kind madlad`: a T5ForConditionalGeneration of madlad400-3b-mt's configuration,
+32+32 layers, d 1024, 16 heads of 128, ff 8192 gated-GELU, an output layer of its own, 256,000
+rows: 2.94B parameters, 11.8 GB in fp32) has a sentencepiece model trained on --text holding 419
+`<2xx>` language pieces (MADLAD-400's count), the rows past its pieces unnamed as mT5's are
+(`--small`: 6+6 layers, d 512, ff 2048, for a quick run). Saved as safetensors only.
 """
 
 from __future__ import annotations
@@ -128,6 +135,54 @@ def nllb_twin(out: Path, text: Path, pieces: int = 256_000, languages: int = 202
     torch.save(model.state_dict(), out / "pytorch_model.bin")
 
 
+def madlad_twin(out: Path, text: Path, small: bool = False, languages: int = 419) -> None:
+    """A random-weight T5 of madlad400-3b-mt's configuration (or a small one), in the Hugging
+    Face layout (spiece.model, tokenizer files, model.safetensors)."""
+    import itertools
+    import string
+
+    import sentencepiece as spm
+    import transformers
+
+    out.mkdir(parents=True)
+    lines = text.read_text("utf-8").splitlines()[:20000]
+    codes = ["<2de>", "<2en>"] + [
+        "<2" + "".join(letters) + ">"
+        for letters in itertools.islice(
+            itertools.product(string.ascii_lowercase, repeat=3), languages - 2
+        )  # fmt: skip
+    ]
+    spm.SentencePieceTrainer.Train(
+        sentence_iterator=iter(lines), model_prefix=str(out / "spiece"), vocab_size=8000,
+        model_type="unigram", num_threads=1, minloglevel=2, hard_vocab_limit=False, pad_id=0,
+        eos_id=1, unk_id=2, bos_id=-1, user_defined_symbols=codes,
+    )  # fmt: skip
+    (out / "spiece.vocab").unlink()
+    transformers.T5Tokenizer.from_pretrained(str(out), extra_ids=100).save_pretrained(out)
+    shape = dict(d_model=512, d_kv=64, d_ff=2048, num_layers=6) if small else dict(
+        d_model=1024, d_kv=128, d_ff=8192, num_layers=32)  # fmt: skip
+    config = transformers.T5Config(
+        vocab_size=256_000, num_heads=8 if small else 16, feed_forward_proj="gated-gelu",
+        tie_word_embeddings=False, decoder_start_token_id=0, pad_token_id=0, eos_token_id=1,
+        **shape,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.T5ForConditionalGeneration(config)
+    # an output layer of its own (transformers ties equal tensors)
+    model.lm_head.weight = torch.nn.Parameter(torch.randn_like(model.shared.weight) * 0.05)
+    model.save_pretrained(out)
+    _untied(out / "config.json")
+
+
+def _untied(path: Path) -> None:
+    """config.json saying the output layer is the model's own (T5 v1.1's, MADLAD's): transformers
+    5 writes tie_word_embeddings=true whatever the model, which would also mean the original
+    T5's output scaling."""
+    config = json.loads(path.read_text("utf-8"))
+    config["tie_word_embeddings"] = False
+    path.write_text(json.dumps(config, indent=1), "utf-8")
+
+
 def measure(source: Path, repeats: int) -> dict:
     runs = []
     for _ in range(repeats):
@@ -154,10 +209,11 @@ def main() -> None:
     parser.add_argument("--source", type=Path, help="a model's directory (default: a twin)")
     parser.add_argument(
         "--kind",
-        choices=["marian", "nllb"],
+        choices=["marian", "nllb", "madlad"],
         default="marian",
-        help="the twin: opus-mt-de-en's shape or nllb-200-distilled-600M's",
+        help="the twin: opus-mt-de-en's shape, nllb-200-distilled-600M's or madlad400-3b-mt's",
     )
+    parser.add_argument("--small", action="store_true", help="--kind madlad: a small T5")
     parser.add_argument("--text", type=Path, default=ROOT / "data" / "demo" / "train.de")
     parser.add_argument("--pieces", type=int, default=58101)
     parser.add_argument("--repeats", type=int, default=3)
@@ -166,6 +222,8 @@ def main() -> None:
     if args.write_twin:
         if args.kind == "nllb":
             nllb_twin(args.write_twin, args.text)
+        elif args.kind == "madlad":
+            madlad_twin(args.write_twin, args.text, args.small)
         else:
             opus_twin(args.write_twin, args.text, args.pieces)
         return
@@ -178,14 +236,16 @@ def main() -> None:
             # carries ru_maxrss over fork and exec), and this one would hold the model
             subprocess.run(
                 [sys.executable, __file__, "--kind", args.kind, "--text", str(args.text),
-                 "--pieces", str(args.pieces), "--write-twin", str(source)],
+                 "--pieces", str(args.pieces), "--write-twin", str(source),
+                 *(["--small"] if args.small else [])],
                 check=True, cwd=ROOT,
             )  # fmt: skip
         weights = {}
-        for name in ("model.safetensors", "pytorch_model.bin"):
+        for name in ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin"):
             if (source / name).is_file():
                 weights[name] = source / name
-        twin = "opus-mt-de-en" if args.kind == "marian" else "nllb-200-distilled-600M"
+        twin = {"marian": "opus-mt-de-en", "nllb": "nllb-200-distilled-600M",
+                "madlad": "madlad400-3b-mt"}[args.kind]  # fmt: skip
         result = {"source": str(args.source or f"random {twin} twin"), "formats": {}}
         for name, path in weights.items():
             alone = work / name.replace(".", "_")
@@ -194,7 +254,11 @@ def main() -> None:
                 if item.is_file() and (item.name == name or item.name not in weights):
                     (alone / item.name).symlink_to(item.resolve())
             row = measure(alone, args.repeats)
-            row["weights_mb"] = round(path.stat().st_size / 2**20, 1)
+            files = [path]
+            if name.endswith(".index.json"):  # a sharded model: the shards it names
+                shards = json.loads(path.read_text("utf-8"))["weight_map"].values()
+                files = [source / shard for shard in set(shards)]
+            row["weights_mb"] = round(sum(f.stat().st_size for f in files) / 2**20, 1)
             row["peak_over_weights"] = round(row["peak_rss_mb"] / row["weights_mb"], 2)
             row["import_over_weights"] = round(row["import_mb"] / row["weights_mb"], 2)
             result["formats"][name] = row
