@@ -38,22 +38,28 @@ TGT = "en"
 
 
 def nmt_runner(spec: dict, texts: list[str]):
+    """A Translator loaded once; run(beam) translates with that beam (1: greedy)."""
     import torch
 
     from nmt.config import DecodeConfig, LengthPenalty, Strategy
+    from nmt.translation.request import Request
     from nmt.translation.translator import Translator
 
     torch.set_num_threads(spec["threads"])
-    decode = DecodeConfig(
-        strategy=Strategy.beam if spec["beam"] > 1 else Strategy.greedy,
-        beam_size=spec["beam"], length_penalty=LengthPenalty.average, max_len_a=0.0,
-        max_len_b=spec["max_len"], batch_size=spec["batch_size"], precision=spec["precision"],
-        compile=spec.get("compile", False),
-    )  # fmt: skip
-    translator = Translator.from_checkpoint(spec["model"], decode, "cpu")
 
-    def run() -> int:
-        results = translator.translate_full(texts, attention=False, tgt_lang=TGT)
+    def settings(beam: int) -> DecodeConfig:
+        return DecodeConfig(
+            strategy=Strategy.beam if beam > 1 else Strategy.greedy, beam_size=beam,
+            length_penalty=LengthPenalty.average, max_len_a=0.0, max_len_b=spec["max_len"],
+            batch_size=spec["batch_size"], precision=spec["precision"],
+            compile=spec.get("compile", False),
+        )  # fmt: skip
+
+    translator = Translator.from_checkpoint(spec["model"], settings(1), "cpu")
+
+    def run(beam: int) -> int:
+        request = Request(texts, settings(beam), tgt_lang=TGT)
+        results = translator.run(translator.prepare(request))
         return sum(len(r.tgt_pieces) - (r.tgt_pieces[-1:] == ["</s>"]) for r in results)
 
     return run
@@ -77,12 +83,12 @@ def ct2_runner(spec: dict, texts: list[str]):
     )  # fmt: skip
     prompts, order = _prompts(spec, texts)
 
-    def run() -> int:
+    def run(beam: int) -> int:
         pieces = 0
         for k in range(0, len(order), spec["batch_size"]):
             batch = [prompts[i] for i in order[k : k + spec["batch_size"]]]
             results = translator.translate_batch(
-                batch, beam_size=spec["beam"], max_decoding_length=spec["max_len"],
+                batch, beam_size=beam, max_decoding_length=spec["max_len"],
                 max_batch_size=spec["batch_size"],
             )  # fmt: skip
             pieces += sum(len(r.hypotheses[0]) for r in results)
@@ -102,16 +108,16 @@ def hf_runner(spec: dict, texts: list[str]):
     tokenizer = AutoTokenizer.from_pretrained(spec["twin"])
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
 
-    def run() -> int:
+    def run(beam: int) -> int:
         pieces = 0
         for k in range(0, len(order), spec["batch_size"]):
             rows = [f"<2{TGT}> {texts[i]}" for i in order[k : k + spec["batch_size"]]]
             batch = tokenizer(rows, padding=True, return_tensors="pt")
             with torch.inference_mode():
                 out = model.generate(
-                    **batch, num_beams=spec["beam"], do_sample=False,
+                    **batch, num_beams=beam, do_sample=False,
                     max_new_tokens=spec["max_len"], length_penalty=1.0,
-                    early_stopping=spec["beam"] > 1 or None,
+                    early_stopping=beam > 1 or None,
                 )  # fmt: skip
             for row in out[:, 1:].tolist():  # after the decoder start, up to </s>
                 pieces += next((n for n, i in enumerate(row) if i in (0, 1)), len(row))
@@ -121,24 +127,25 @@ def hf_runner(spec: dict, texts: list[str]):
 
 
 def child(spec: dict) -> None:
-    """--run: one runner in this process; its medians as JSON on the last line."""
+    """--run: one runner in this process, loaded once, each search of spec["beams"] warmed up
+    and timed; {beam: medians} as JSON on the last line."""
     texts = Path(spec["src"]).read_text("utf-8").splitlines()[: spec["sentences"]]
     runner = {"nmt": nmt_runner, "ct2": ct2_runner, "hf": hf_runner}[spec["engine"]]
     start = time.perf_counter()
     run = runner(spec, texts)
     load = time.perf_counter() - start
-    run()  # warm-up
-    seconds, pieces = [], 0
-    for _ in range(spec["repeats"]):
-        start = time.perf_counter()
-        pieces = run()
-        seconds.append(time.perf_counter() - start)
-    median = statistics.median(seconds)
-    print(json.dumps({
-        "seconds": round(median, 2), "pieces_per_s": round(pieces / median, 1),
-        "pieces": pieces, "load_s": round(load, 1),
-        "peak_rss_mb": peak_rss_mb(),
-    }))  # fmt: skip
+    rows = {}
+    for beam in spec["beams"]:
+        run(beam)  # warm-up (a compiled step compiles here)
+        seconds, pieces = [], 0
+        for _ in range(spec["repeats"]):
+            start = time.perf_counter()
+            pieces = run(beam)
+            seconds.append(time.perf_counter() - start)
+        median = statistics.median(seconds)
+        rows[beam] = {"seconds": round(median, 2), "pieces_per_s": round(pieces / median, 1),
+                      "pieces": pieces, "runs": [round(x, 2) for x in seconds]}  # fmt: skip
+    print(json.dumps({"searches": rows, "load_s": round(load, 1), "peak_rss_mb": peak_rss_mb()}))
 
 
 def peak_rss_mb() -> int:
@@ -236,16 +243,15 @@ def main() -> None:
     if args.only:
         runners = [(name, spec) for name, spec in runners if name in args.only]
     kept = load_checkpoint(paths["nmt_trimmed"]).payload["imported"].get("pieces", "all")
-    result: dict = {"pieces_kept": kept, "settings": base}
-    for search, beam in (("greedy", 1), ("beam", args.beam_size)):
-        if search not in args.searches:
-            continue
-        rows = {}
-        for name, spec in runners:
-            print(f"{name} {search} ...", file=sys.stderr, flush=True)
-            rows[name] = run_child("--run", json.dumps({**base, **spec, "beam": beam}))
-            print(f"{name} {search} {rows[name]}", file=sys.stderr, flush=True)
-        result[search] = rows
+    beams = {"greedy": 1, "beam": args.beam_size}
+    wanted = [beams[search] for search in args.searches]
+    result: dict = {"pieces_kept": kept, "settings": base, "runners": {}}
+    for name, spec in runners:
+        print(f"{name} ...", file=sys.stderr, flush=True)
+        row = run_child("--run", json.dumps({**base, **spec, "beams": wanted}))
+        row["searches"] = {s: row["searches"][str(b)] for s, b in beams.items() if b in wanted}
+        result["runners"][name] = row
+        print(f"{name} {row}", file=sys.stderr, flush=True)
     import torch
 
     result["torch"] = torch.__version__
