@@ -26,7 +26,7 @@ def test_every_model_and_data_config_composes_and_builds(model, data):
     overrides += ["data.src_lang=de", "data.tgt_lang=en"]  # data=files leaves them to the user
     cfg = cli.compose_config("train", overrides)
     assert isinstance(cfg, TrainRunConfig)
-    family = TransformerConfig if model.startswith("transformer") else RNNConfig
+    family = RNNConfig if model.startswith(("gru", "lstm")) else TransformerConfig
     assert isinstance(cfg.model, family) and cfg.model.name == model
     assert cfg.data.name == data
     built = build_model(cfg.model, 300, 300, shared_vocab=True)
